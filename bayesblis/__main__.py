@@ -1,0 +1,3 @@
+from bayesblis.cli import main
+
+main()
