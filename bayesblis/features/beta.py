@@ -1,0 +1,224 @@
+"""Step (beta) features: seconds of physics per engine step from batch aggregates.
+
+Every feature is in seconds; the step-time model is linear in the coefficients:
+``step_time_s = beta_features(...) @ beta``. Compute features are FLOPs over peak
+FLOP/s (coefficient ~ 1/MFU), traffic features bytes over bandwidth (coefficient ~
+1/achieved-fraction), overhead features counts x 1e-6 (coefficient in µs).
+Formulas and priors: data_specs/features.md.
+
+All features but `weight_traffic_s` of an MoE model are affine in the aggregates;
+`FeatureMap` exposes that structure (matrix + bias + one nonlinear MoE term) for
+compiled simulators.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from bayesblis.constants import US
+from bayesblis.features.physics import ACTIVATION_BYTES, Deployment
+
+AGGREGATES = (
+    "prefill_tokens",
+    "prefill_context_tokens",
+    "prefill_attention_pairs",
+    "num_prefill_reqs",
+    "num_decode_reqs",
+    "decode_context_tokens",
+    "offload_blocks",
+)
+"""Per-step batch aggregates (ARCHITECTURE.md 'Batch aggregates'), in this order."""
+
+BETA_FEATURES = (
+    "prefill_compute_s",
+    "decode_compute_s",
+    "weight_traffic_s",
+    "kv_traffic_s",
+    "tp_comm_s",
+    "ep_comm_s",
+    "offload_s",
+    "layer_overhead_s",
+    "request_overhead_s",
+    "step_overhead_s",
+)
+"""Step features, in the column order of `beta_features`."""
+
+BLIS_BETA_ORDER = ("beta1a_prefill_compute", "beta2a_decode_compute", "beta3_weight_loading",
+                   "beta4_tp_allreduce_comm", "beta5_per_layer_us", "beta6_per_request_us",
+                   "beta7_per_step_us", "beta8_per_moe_layer_us", "beta1b_prefill_kv_memory",
+                   "beta2b_decode_kv_memory", "beta_ep_alltoall_comm")
+"""BLIS trained-physics `beta_coeffs` order (11 entries)."""
+
+_A = {name: i for i, name in enumerate(AGGREGATES)}
+_F = {name: i for i, name in enumerate(BETA_FEATURES)}
+WEIGHT_TRAFFIC_INDEX = _F["weight_traffic_s"]
+
+
+@dataclass(frozen=True)
+class FeatureMap:
+    """features = A @ weights + bias + moe_term(T) e_weight_traffic, where A is
+    [n_steps, len(AGGREGATES)], T = prefill_tokens + num_decode_reqs and
+    moe_term(T) = moe_coeff_s x n_experts x (1 - (1 - top_k/n_experts)^T)."""
+
+    weights: np.ndarray          # [len(AGGREGATES), len(BETA_FEATURES)], seconds per unit
+    bias: np.ndarray             # [len(BETA_FEATURES)], seconds per step
+    moe_coeff_s: float           # seconds per distinct expert (all MoE layers, per GPU)
+    n_experts: int
+    experts_per_tok: int
+
+    def expected_distinct_experts(self, tokens) -> np.ndarray:
+        """E[distinct routed experts per MoE layer touched by `tokens` tokens],
+        uniform routing: E (1 - (1 - k/E)^T)."""
+        tokens = np.asarray(tokens, dtype=float)
+        if self.n_experts == 0:
+            return np.zeros_like(tokens)
+        miss = 1.0 - self.experts_per_tok / self.n_experts
+        return self.n_experts * (1.0 - np.power(miss, tokens))
+
+    def moe_term_s(self, tokens) -> np.ndarray:
+        """Seconds to read the routed experts the step's tokens touch."""
+        return self.moe_coeff_s * self.expected_distinct_experts(tokens)
+
+    def apply(self, aggregates: np.ndarray) -> np.ndarray:
+        """Features [n_steps, n_features] from an aggregate matrix [n_steps, n_agg]."""
+        agg = np.asarray(aggregates, dtype=float)
+        out = agg @ self.weights + self.bias
+        if self.n_experts:
+            tokens = agg[:, _A["prefill_tokens"]] + agg[:, _A["num_decode_reqs"]]
+            out[:, WEIGHT_TRAFFIC_INDEX] += self.moe_term_s(tokens)
+        return out
+
+    def collapse(self, beta) -> tuple[np.ndarray, float, float]:
+        """Fold coefficients in: step_time_s = A @ per_aggregate_s + const_s
+        + moe_s_per_expert x E[distinct experts](T). Returns (per_aggregate_s [n_agg],
+        const_s, moe_s_per_expert)."""
+        beta = np.asarray(beta, dtype=float)
+        return (self.weights @ beta, float(self.bias @ beta),
+                float(self.moe_coeff_s * beta[WEIGHT_TRAFFIC_INDEX]))
+
+
+def feature_weights(deployment: Deployment) -> FeatureMap:
+    """The affine map from aggregates to features for one deployment (cached on it)."""
+    cached = deployment.__dict__.get("_feature_map")
+    if cached is None:
+        cached = _build_feature_map(deployment)
+        object.__setattr__(deployment, "_feature_map", cached)  # not a dataclass field
+    return cached
+
+
+def _build_feature_map(deployment: Deployment) -> FeatureMap:
+    d, m = deployment, deployment.model
+    n = d.tp
+    compute = n * d.peak_flops_per_s
+    bw = d.hbm_bandwidth_bytes_per_s
+    link = d.interconnect_bandwidth_bytes_per_s
+    W = np.zeros((len(AGGREGATES), len(BETA_FEATURES)))
+    b = np.zeros(len(BETA_FEATURES))
+    a, f = _A, _F
+
+    W[a["prefill_tokens"], f["prefill_compute_s"]] = m.linear_flops_per_token / compute
+    W[a["prefill_attention_pairs"], f["prefill_compute_s"]] = m.attention_flops_per_pair / compute
+    W[a["num_prefill_reqs"], f["prefill_compute_s"]] = m.lm_head_flops_per_token / compute
+
+    W[a["num_decode_reqs"], f["decode_compute_s"]] = (m.linear_flops_per_token
+                                                      + m.lm_head_flops_per_token) / compute
+    W[a["decode_context_tokens"], f["decode_compute_s"]] = m.decode_attention_flops_per_pair / compute
+
+    b[f["weight_traffic_s"]] = d.dense_weight_bytes / (n * bw)
+    moe_coeff = (m.n_moe_layers * d.expert_weight_bytes_per_layer / (n * bw)) if m.is_moe else 0.0
+
+    kv = d.kv_bytes_per_token_per_gpu / bw
+    for name in ("decode_context_tokens", "num_decode_reqs", "prefill_context_tokens", "prefill_tokens"):
+        W[a[name], f["kv_traffic_s"]] = kv
+
+    if d.tp > 1:
+        per_token = 2 * m.n_layers * m.hidden_size * ACTIVATION_BYTES * 2 * (d.tp - 1) / d.tp / link
+        W[a["prefill_tokens"], f["tp_comm_s"]] = per_token
+        W[a["num_decode_reqs"], f["tp_comm_s"]] = per_token
+    if d.ep > 1:
+        per_token = (2 * m.n_moe_layers * m.n_experts_per_tok * m.hidden_size * ACTIVATION_BYTES
+                     * (d.ep - 1) / d.ep / link)
+        W[a["prefill_tokens"], f["ep_comm_s"]] = per_token
+        W[a["num_decode_reqs"], f["ep_comm_s"]] = per_token
+
+    W[a["offload_blocks"], f["offload_s"]] = d.block_size * d.kv_bytes_per_token / d.pcie_bandwidth_bytes_per_s
+    b[f["layer_overhead_s"]] = m.n_layers * US
+    W[a["num_prefill_reqs"], f["request_overhead_s"]] = US
+    W[a["num_decode_reqs"], f["request_overhead_s"]] = US
+    b[f["step_overhead_s"]] = US
+    W.setflags(write=False)
+    b.setflags(write=False)
+    return FeatureMap(weights=W, bias=b, moe_coeff_s=moe_coeff,
+                      n_experts=m.n_experts if m.is_moe else 0,
+                      experts_per_tok=m.n_experts_per_tok if m.is_moe else 0)
+
+
+def _stack(values: Mapping[str, object]) -> np.ndarray:
+    """[n_steps, len(AGGREGATES)] float matrix from scalars / 1-D arrays (broadcast)."""
+    cols = []
+    for name in AGGREGATES:
+        arr = np.asarray(values[name], dtype=float)
+        if arr.ndim > 1:
+            raise ValueError(f"aggregate '{name}' must be a scalar or 1-D, got shape {arr.shape}")
+        cols.append(np.atleast_1d(arr))
+    try:
+        cols = np.broadcast_arrays(*cols)
+    except ValueError:
+        shapes = {n: c.shape for n, c in zip(AGGREGATES, cols)}
+        raise ValueError(f"aggregates have incompatible lengths: {shapes}") from None
+    agg = np.stack(cols, axis=1)
+    if not np.all(np.isfinite(agg)):
+        raise ValueError("aggregates must be finite (no NaN/inf)")
+    if np.any(agg < 0):
+        bad = [AGGREGATES[j] for j in np.unique(np.nonzero(agg < 0)[1])]
+        raise ValueError(f"aggregates must be non-negative: {', '.join(bad)}")
+    return agg
+
+
+def beta_features(deployment: Deployment, *, prefill_tokens, prefill_context_tokens,
+                  prefill_attention_pairs, num_prefill_reqs, num_decode_reqs,
+                  decode_context_tokens, offload_blocks=0) -> np.ndarray:
+    """Step features [n_steps, len(BETA_FEATURES)] in seconds (inputs: scalars or 1-D)."""
+    agg = _stack(dict(prefill_tokens=prefill_tokens, prefill_context_tokens=prefill_context_tokens,
+                      prefill_attention_pairs=prefill_attention_pairs,
+                      num_prefill_reqs=num_prefill_reqs, num_decode_reqs=num_decode_reqs,
+                      decode_context_tokens=decode_context_tokens, offload_blocks=offload_blocks))
+    return feature_weights(deployment).apply(agg)
+
+
+def beta_feature_matrix(deployment: Deployment, aggregates) -> np.ndarray:
+    """`beta_features` from a mapping or DataFrame with the AGGREGATES columns
+    (`offload_blocks` optional, 0 when absent)."""
+    missing = [n for n in AGGREGATES if n != "offload_blocks" and n not in aggregates]
+    if missing:
+        raise KeyError(f"aggregates missing columns: {', '.join(missing)} (need {', '.join(AGGREGATES)})")
+    values = {n: (np.asarray(aggregates[n]) if n in aggregates else 0) for n in AGGREGATES}
+    return feature_weights(deployment).apply(_stack(values))
+
+
+def roofline_s(deployment: Deployment, **aggregates) -> np.ndarray:
+    """Reference roofline per step: max(compute, memory) seconds at peak
+    (compute = prefill + decode compute; memory = weight + KV traffic). Not a BETA feature."""
+    aggregates.setdefault("offload_blocks", 0)
+    feats = beta_features(deployment, **aggregates)
+    compute = feats[:, _F["prefill_compute_s"]] + feats[:, _F["decode_compute_s"]]
+    memory = feats[:, _F["weight_traffic_s"]] + feats[:, _F["kv_traffic_s"]]
+    return np.maximum(compute, memory)
+
+
+def to_blis_beta(beta: Mapping[str, float]) -> list[float]:
+    """Our coefficients in BLIS trained-physics `beta_coeffs` order (BLIS_BETA_ORDER).
+
+    kv_traffic -> both β1b and β2b; tp_comm -> β4; ep_comm -> β_EP; overheads (µs)
+    -> β5, β6, β7; β8 (per MoE layer) = 0; offload_s has no BLIS slot and is dropped.
+    """
+    missing = [n for n in BETA_FEATURES if n != "offload_s" and n not in beta]
+    if missing:
+        raise KeyError(f"coefficients missing: {', '.join(missing)}")
+    g = lambda k: float(beta[k])  # noqa: E731
+    return [g("prefill_compute_s"), g("decode_compute_s"), g("weight_traffic_s"), g("tp_comm_s"),
+            g("layer_overhead_s"), g("request_overhead_s"), g("step_overhead_s"), 0.0,
+            g("kv_traffic_s"), g("kv_traffic_s"), g("ep_comm_s")]

@@ -1,0 +1,205 @@
+"""`Deployment`: one serving configuration (model x GPU x TP/EP x dtype) and its
+per-step physics constants (FLOPs, bytes, bandwidths), precomputed once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from bayesblis.catalog.gpus import DTYPES, GpuSpec, load_gpu, normalize_dtype
+from bayesblis.catalog.models import DTYPE_BYTES, ModelArch, load_model
+from bayesblis.errors import BayesBlisError
+
+ACTIVATION_BYTES = 2.0
+"""Bytes per activation element moved by TP/EP collectives (bf16/fp16)."""
+
+DEFAULT_ACTIVATION_RESERVE_BYTES = 2 * 2**30
+"""Default memory kept out of the KV cache besides weights (activation peak of the
+profile run, CUDA graphs, NCCL buffers): 2 GiB, typical of vLLM V1 with 8k batched
+tokens on 7B-70B models."""
+
+# Compute dtype used when dtype='auto', from the checkpoint's weight dtype.
+_AUTO_COMPUTE = {"bf16": "bf16", "fp16": "fp16", "fp32": "bf16", "fp8": "fp8",
+                 "int8": "int8", "int4": "bf16"}
+
+
+class DeploymentError(BayesBlisError, ValueError):
+    """A deployment's parallelism or dtype is impossible for its model or GPU."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Model x GPU x tensor/expert parallelism x compute dtype.
+
+    `tp` GPUs shard every layer (Megatron-style); `ep` is 1 (experts TP-sharded) or
+    `tp` (experts distributed over the TP group, vLLM --enable-expert-parallel).
+    `dtype` is the tensor-core compute dtype ('auto': from the checkpoint; fp32
+    checkpoints are served in bf16; fp8 checkpoints on a GPU without fp8 run
+    weight-only fp8 with bf16 compute). After construction `dtype` (= `compute_dtype`)
+    holds the resolved dtype, so 'auto' never reaches keys or levels. Weights are read
+    at the smaller of the checkpoint's and the compute dtype's width.
+    `kv_cache_dtype` 'auto' = the model's KV width (2 bytes).
+    """
+
+    model: ModelArch
+    gpu: GpuSpec
+    tp: int = 1
+    ep: int = 1
+    dtype: str = "bf16"
+    block_size: int = 16
+    kv_cache_dtype: str = "auto"
+
+    # per-step constants, filled in __post_init__
+    compute_dtype: str = field(init=False)
+    weight_bytes_per_param: float = field(init=False)
+    kv_bytes_per_element: float = field(init=False)
+    peak_flops_per_s: float = field(init=False)
+    hbm_bandwidth_bytes_per_s: float = field(init=False)
+    interconnect_bandwidth_bytes_per_s: float = field(init=False)
+    pcie_bandwidth_bytes_per_s: float = field(init=False)
+    kv_heads_per_gpu: int = field(init=False)
+
+    def __post_init__(self):
+        model, gpu = load_model(self.model), load_gpu(self.gpu)
+        object.__setattr__(self, "model", model)
+        object.__setattr__(self, "gpu", gpu)
+        tp, ep = self.tp, self.ep
+        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+            raise DeploymentError(f"tp must be a positive integer, got {tp!r}")
+        if not isinstance(ep, int) or isinstance(ep, bool) or ep < 1:
+            raise DeploymentError(f"ep must be a positive integer, got {ep!r}")
+        if model.n_heads % tp:
+            raise DeploymentError(
+                f"tp={tp} must divide the number of attention heads ({model.n_heads}) of {model.name}")
+        if not model.is_mla and model.n_kv_heads % tp and tp % model.n_kv_heads:
+            raise DeploymentError(
+                f"tp={tp} and the {model.n_kv_heads} KV heads of {model.name}: one must divide the other")
+        if ep not in (1, tp):
+            raise DeploymentError(f"ep must be 1 or equal to tp ({tp}), got {ep}")
+        if ep > 1 and not model.is_moe:
+            raise DeploymentError(f"ep={ep} > 1 but {model.name} is a dense model")
+        if ep > 1 and model.n_experts % ep:
+            raise DeploymentError(f"ep={ep} must divide the {model.n_experts} experts of {model.name}")
+        if not isinstance(self.block_size, int) or self.block_size < 1:
+            raise DeploymentError(f"block_size must be a positive integer, got {self.block_size!r}")
+
+        requested = normalize_dtype(self.dtype)
+        if requested == "auto":
+            compute = _AUTO_COMPUTE[model.weight_dtype]
+            if not gpu.supports(compute):
+                compute = "bf16"
+        elif requested in DTYPES:
+            compute = requested
+        else:
+            raise DeploymentError(f"dtype must be 'auto' or one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        peak = gpu.peak_flops(compute)  # raises for e.g. fp8 on A100
+        compute_width = DTYPE_BYTES.get(compute, 4.0 if compute == "tf32" else 2.0)
+        weight_bytes = min(model.bytes_per_weight, compute_width)
+
+        kv_dtype = normalize_dtype(self.kv_cache_dtype)
+        if kv_dtype == "auto":
+            kv_elem = model.kv_bytes
+        elif kv_dtype in ("fp8", "bf16", "fp16"):
+            kv_elem = DTYPE_BYTES[kv_dtype]
+        else:
+            raise DeploymentError(f"kv_cache_dtype must be auto, fp8, bf16 or fp16, got {self.kv_cache_dtype!r}")
+
+        kv_heads = model.n_kv_heads if model.is_mla else math.ceil(model.n_kv_heads / tp)
+        for key, value in (("dtype", compute), ("compute_dtype", compute),
+                           ("weight_bytes_per_param", weight_bytes), ("kv_bytes_per_element", kv_elem), ("peak_flops_per_s", peak),
+                           ("hbm_bandwidth_bytes_per_s", gpu.hbm_bandwidth_bytes_per_s),
+                           ("interconnect_bandwidth_bytes_per_s", gpu.interconnect_bandwidth_bytes_per_s),
+                           ("pcie_bandwidth_bytes_per_s", gpu.pcie_bandwidth_bytes_per_s),
+                           ("kv_heads_per_gpu", kv_heads)):
+            object.__setattr__(self, key, value)
+
+    # ---- identity -------------------------------------------------------------
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of one replica (TP group; EP reuses the same GPUs)."""
+        return self.tp
+
+    @property
+    def config_key(self) -> str:
+        """Stable identifier, e.g. 'llama-2-7b|H100-SXM|tp1|ep1|bf16'."""
+        key = f"{self.model.name}|{self.gpu.name}|tp{self.tp}|ep{self.ep}|{self.compute_dtype}"
+        if normalize_dtype(self.kv_cache_dtype) not in ("auto",):
+            key += f"|kv-{normalize_dtype(self.kv_cache_dtype)}"
+        return key
+
+    # ---- bytes ------------------------------------------------------------------
+    @property
+    def dense_weight_bytes(self) -> float:
+        """Bytes of non-routed-expert weights (whole model, at the served width)."""
+        return self.model.dense_weight_bytes / self.model.bytes_per_weight * self.weight_bytes_per_param
+
+    @property
+    def expert_weight_bytes_per_layer(self) -> float:
+        """Bytes of one routed expert in one MoE layer, at the served width."""
+        return self.model.expert_params * self.weight_bytes_per_param
+
+    @property
+    def total_weight_bytes(self) -> float:
+        return self.model.total_params * self.weight_bytes_per_param
+
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        """Weight bytes resident on each GPU (all weights sharded over tp)."""
+        return self.total_weight_bytes / self.tp
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV bytes of one token, all layers, whole model (unsharded)."""
+        return self.model.n_layers * self.model.kv_elements_per_token_per_layer * self.kv_bytes_per_element
+
+    @property
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        """KV bytes of one token on one GPU: KV heads sharded over min(tp, n_kv_heads)
+        (replicated beyond); an MLA latent is replicated on every GPU."""
+        m = self.model
+        if m.is_mla:
+            return self.kv_bytes_per_token
+        return m.n_layers * 2 * self.kv_heads_per_gpu * m.head_dim * self.kv_bytes_per_element
+
+    def kv_cache_blocks(self, gpu_memory_utilization: float = 0.9,
+                        activation_reserve_bytes: float = DEFAULT_ACTIVATION_RESERVE_BYTES) -> int:
+        """vLLM-style estimate of the GPU KV blocks of one replica:
+        (memory x util - weights/GPU - activation reserve) / (block_size x KV bytes/token/GPU).
+        """
+        if not 0 < gpu_memory_utilization <= 1:
+            raise DeploymentError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        free = (self.gpu.memory_bytes * gpu_memory_utilization - self.weight_bytes_per_gpu
+                - activation_reserve_bytes)
+        per_block = self.block_size * self.kv_bytes_per_token_per_gpu
+        return max(0, int(free // per_block))
+
+    # ---- FLOPs ------------------------------------------------------------------
+    @property
+    def linear_flops_per_token(self) -> float:
+        return self.model.linear_flops_per_token
+
+    @property
+    def lm_head_flops_per_token(self) -> float:
+        return self.model.lm_head_flops_per_token
+
+    @property
+    def attention_flops_per_pair(self) -> float:
+        return self.model.attention_flops_per_pair
+
+    @property
+    def decode_attention_flops_per_pair(self) -> float:
+        return self.model.decode_attention_flops_per_pair
+
+    def describe(self) -> dict:
+        """Plain dict of the configuration and its constants (for reports/exports)."""
+        return {
+            "config_key": self.config_key, "model": self.model.name, "gpu": self.gpu.name,
+            "tp": self.tp, "ep": self.ep, "compute_dtype": self.compute_dtype,
+            "family": self.model.family, "arch": self.model.arch,
+            "peak_flops_per_s": self.peak_flops_per_s,
+            "hbm_bandwidth_bytes_per_s": self.hbm_bandwidth_bytes_per_s,
+            "interconnect_bandwidth_bytes_per_s": self.interconnect_bandwidth_bytes_per_s,
+            "weight_bytes_per_gpu": self.weight_bytes_per_gpu,
+            "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
+        }

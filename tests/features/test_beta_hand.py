@@ -1,0 +1,142 @@
+"""Step features checked against hand calculations.
+
+The expected numbers are written out from the architecture facts (config.json) and
+datasheet figures below; they do not call the code under test.
+H100-SXM: 989.4e12 dense bf16 FLOP/s, 3.35e12 B/s HBM, 450e9 B/s NVLink per direction.
+"""
+
+import numpy as np
+import pytest
+
+from bayesblis.features import AGGREGATES, BETA_FEATURES, Deployment, beta_feature_matrix, beta_features
+
+P_H100 = 989.4e12
+BW_H100 = 3.35e12
+NVLINK_H100 = 450e9
+
+# Mixed step: a 512-token prefill chunk (first chunk, empty context) + 32 decodes at
+# context 1000. Attention pairs of the chunk: 512*513/2 = 131,328.
+STEP = dict(prefill_tokens=512, prefill_context_tokens=0, prefill_attention_pairs=131_328,
+            num_prefill_reqs=1, num_decode_reqs=32, decode_context_tokens=32_000)
+
+
+def as_dict(row):
+    return dict(zip(BETA_FEATURES, row))
+
+
+def test_llama2_7b_tp1_h100():
+    f = as_dict(beta_features(Deployment("llama-2-7b", "H100"), **STEP)[0])
+    # Llama-2-7B: 32 layers, hidden 4096, 32 heads (MHA), head 128, MLP 11008, vocab 32000.
+    # matmul params/layer = 4*4096^2 + 3*4096*11008 = 67,108,864 + 135,266,304 = 202,375,168
+    linear = 2 * 32 * 202_375_168            # 12,952,010,752 FLOP/token
+    lm_head = 2 * 4096 * 32000               # 262,144,000 FLOP/sampled token
+    attn = 4 * 32 * 32 * 128                 # 524,288 FLOP/pair
+    # prefill: 6,631,429,505,024 + 68,853,694,464 + 262,144,000 = 6,700,545,343,488 FLOP
+    assert linear * 512 + attn * 131_328 + lm_head == 6_700_545_343_488
+    assert f["prefill_compute_s"] == pytest.approx(6_700_545_343_488 / P_H100, rel=1e-9)  # 6.7723 ms
+    # decode: (12,952,010,752 + 262,144,000)*32 + 524,288*32,000 = 439,630,168,064 FLOP
+    assert (linear + lm_head) * 32 + attn * 32_000 == 439_630_168_064
+    assert f["decode_compute_s"] == pytest.approx(439_630_168_064 / P_H100, rel=1e-9)  # 0.4443 ms
+    # weights: 6,738,415,616 params * 2 B = 13,476,831,232 B -> 4.0229 ms
+    assert f["weight_traffic_s"] == pytest.approx(13_476_831_232 / BW_H100, rel=1e-9)
+    # KV: 524,288 B/token * (32,000 + 32 + 0 + 512) tokens = 17,062,428,672 B -> 5.0933 ms
+    assert f["kv_traffic_s"] == pytest.approx(524_288 * 32_544 / BW_H100, rel=1e-9)
+    assert f["tp_comm_s"] == f["ep_comm_s"] == f["offload_s"] == 0
+    assert f["layer_overhead_s"] == pytest.approx(32e-6)
+    assert f["request_overhead_s"] == pytest.approx(33e-6)
+    assert f["step_overhead_s"] == pytest.approx(1e-6)
+
+
+def test_llama2_70b_tp4_h100():
+    f = as_dict(beta_features(Deployment("llama-2-70b", "H100", tp=4), **STEP)[0])
+    # Llama-2-70B: 80 layers, hidden 8192, 64 heads, 8 KV heads, head 128, MLP 28672.
+    # attention/layer = 2*8192^2 + 2*8192*1024 = 150,994,944; MLP = 3*8192*28672 = 704,643,072
+    linear = 2 * 80 * (150_994_944 + 704_643_072)   # 136,902,082,560 FLOP/token
+    lm_head = 2 * 8192 * 32000                      # 524,288,000
+    attn = 4 * 80 * 64 * 128                        # 2,621,440 FLOP/pair
+    n_peak = 4 * P_H100                             # 3.9576e15 FLOP/s over the TP group
+    # prefill: 70,093,866,270,720 + 344,268,472,320 + 524,288,000 = 70,438,659,031,040 FLOP
+    assert linear * 512 + attn * 131_328 + lm_head == 70_438_659_031_040
+    assert f["prefill_compute_s"] == pytest.approx(70_438_659_031_040 / n_peak, rel=1e-9)   # 17.798 ms
+    # decode: 137,426,370,560*32 + 2,621,440*32,000 = 4,481,529,937,920 FLOP
+    assert f["decode_compute_s"] == pytest.approx(4_481_529_937_920 / n_peak, rel=1e-9)     # 1.1324 ms
+    # weights: 68,976,648,192 * 2 B = 137,953,296,384 B over 4 GPUs -> 10.295 ms
+    assert f["weight_traffic_s"] == pytest.approx(137_953_296_384 / (4 * BW_H100), rel=1e-9)
+    # KV sharding: 8 KV heads / 4 GPUs = 2 per GPU -> 80*2*2*128*2 = 81,920 B/token/GPU
+    # 81,920 * 32,544 = 2,666,004,480 B -> 0.79582 ms
+    assert f["kv_traffic_s"] == pytest.approx(2_666_004_480 / BW_H100, rel=1e-9)
+    # TP: 2 all-reduces/layer * 80 layers * 544 tokens * 8192 * 2 B = 1,426,063,360 B,
+    # ring factor 2*(4-1)/4 = 1.5 -> 2,139,095,040 B over 450e9 B/s -> 4.7535 ms
+    assert f["tp_comm_s"] == pytest.approx(2_139_095_040 / NVLINK_H100, rel=1e-9)
+    assert f["ep_comm_s"] == 0
+    assert f["layer_overhead_s"] == pytest.approx(80e-6)
+    assert f["request_overhead_s"] == pytest.approx(33e-6)
+
+
+def test_mixtral_tp2_distinct_expert_weights():
+    d = Deployment("mixtral-8x7b", "H100", tp=2)
+    agg = dict(prefill_tokens=0, prefill_context_tokens=0, prefill_attention_pairs=0,
+               num_prefill_reqs=0, decode_context_tokens=8000)
+    # non-expert weights: 1,605,636,096 params * 2 B = 3,211,272,192 B
+    # one expert in one layer: 3*4096*14336*2 B = 352,321,536 B; 32 MoE layers
+    dense, expert = 3_211_272_192, 352_321_536
+    # 1 token touches exactly k = 2 experts/layer: 3,211,272,192 + 32*2*352,321,536
+    # = 25,759,850,496 B over 2 GPUs -> 3.8448 ms
+    one = beta_features(d, num_decode_reqs=1, **agg)[0, BETA_FEATURES.index("weight_traffic_s")]
+    assert one == pytest.approx(25_759_850_496 / (2 * BW_H100), rel=1e-9)
+    # 16 tokens: E[distinct] = 8*(1 - 0.75^16); 0.75^16 = 0.0100226 -> 7.919819
+    # bytes = 3,211,272,192 + 32*7.919819*352,321,536 = 92,501,604,267 B -> 13.806 ms
+    distinct16 = 8 * (1 - 0.0100226)
+    sixteen = beta_features(d, num_decode_reqs=16, **agg)[0, BETA_FEATURES.index("weight_traffic_s")]
+    assert sixteen == pytest.approx((dense + 32 * distinct16 * expert) / (2 * BW_H100), rel=1e-5)
+    # many tokens: all 8 experts -> every weight is read: 46,702,792,704 * 2 B
+    many = beta_features(d, num_decode_reqs=4096, **agg)[0, BETA_FEATURES.index("weight_traffic_s")]
+    assert many == pytest.approx(46_702_792_704 * 2 / (2 * BW_H100), rel=1e-9)
+    # compute uses the top-2 active experts only:
+    # attention 41,943,040 + router 32,768 + 2 experts 352,321,536 per layer
+    linear = 2 * 32 * (41_943_040 + 32_768 + 352_321_536)
+    f = beta_features(d, num_decode_reqs=1, **agg)[0]
+    expected = (linear + 2 * 4096 * 32000 + 4 * 32 * 32 * 128 * 8000) / (2 * P_H100)
+    assert f[BETA_FEATURES.index("decode_compute_s")] == pytest.approx(expected, rel=1e-9)
+
+
+def test_mixtral_ep_comm():
+    d = Deployment("mixtral-8x7b", "H100", tp=2, ep=2)
+    f = as_dict(beta_features(d, prefill_tokens=100, prefill_context_tokens=0,
+                              prefill_attention_pairs=5050, num_prefill_reqs=1,
+                              num_decode_reqs=0, decode_context_tokens=0)[0])
+    # dispatch + combine: 2 * 32 MoE layers * 100 tokens * top-2 * 4096 * 2 B = 104,857,600 B
+    # all-to-all factor (2-1)/2 -> 52,428,800 B over 450e9 B/s
+    assert f["ep_comm_s"] == pytest.approx(52_428_800 / NVLINK_H100, rel=1e-9)
+
+
+def test_offload_whole_model_kv_over_pcie():
+    d = Deployment("llama-2-7b", "H100")
+    f = as_dict(beta_features(d, prefill_tokens=0, prefill_context_tokens=0, prefill_attention_pairs=0,
+                              num_prefill_reqs=0, num_decode_reqs=1, decode_context_tokens=10,
+                              offload_blocks=10)[0])
+    # 10 blocks * 16 tokens * 524,288 B = 83,886,080 B over PCIe Gen5 64e9 B/s
+    assert f["offload_s"] == pytest.approx(83_886_080 / 64e9, rel=1e-9)
+
+
+def test_vectorized_and_matrix_forms_agree():
+    d = Deployment("llama-3.1-8b", "A100")
+    rng = np.random.default_rng(0)
+    agg = {name: rng.integers(0, 5000, size=50).astype(float) for name in AGGREGATES}
+    vec = beta_features(d, **agg)
+    assert vec.shape == (50, len(BETA_FEATURES))
+    assert np.allclose(beta_feature_matrix(d, agg), vec)
+    pd = pytest.importorskip("pandas")
+    assert np.allclose(beta_feature_matrix(d, pd.DataFrame(agg)), vec)
+    row = beta_features(d, **{k: v[7] for k, v in agg.items()})
+    assert np.allclose(row[0], vec[7])
+
+
+def test_bad_inputs():
+    d = Deployment("llama-2-7b", "H100")
+    with pytest.raises(ValueError, match="non-negative"):
+        beta_features(d, **{**STEP, "num_decode_reqs": -1})
+    with pytest.raises(ValueError, match="lengths"):
+        beta_features(d, **{**STEP, "num_decode_reqs": [1, 2], "prefill_tokens": [1, 2, 3]})
+    with pytest.raises(KeyError, match="decode_context_tokens"):
+        beta_feature_matrix(d, {k: v for k, v in STEP.items() if k != "decode_context_tokens"})

@@ -1,0 +1,101 @@
+"""Property tests of the step features (hypothesis)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bayesblis.features import (AGGREGATES, BETA_FEATURES, BLIS_BETA_ORDER, Deployment,
+                                beta_features, feature_weights, roofline_s, to_blis_beta)
+
+DEPLOYMENTS = [
+    Deployment("llama-2-7b", "H100"),
+    Deployment("llama-2-70b", "A100", tp=4),
+    Deployment("mixtral-8x7b", "H100", tp=2, ep=2),
+    Deployment("qwen3-30b-a3b", "L40S", tp=2),
+    Deployment("deepseek-v2-lite", "H200"),
+]
+deployments = st.sampled_from(DEPLOYMENTS)
+counts = st.integers(min_value=0, max_value=20_000)
+aggregates = st.fixed_dictionaries({name: counts for name in AGGREGATES})
+F = {name: i for i, name in enumerate(BETA_FEATURES)}
+CONSTANT = {"layer_overhead_s", "step_overhead_s"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(deployments, aggregates)
+def test_non_negative_and_finite(d, agg):
+    f = beta_features(d, **agg)
+    assert np.all(np.isfinite(f)) and np.all(f >= 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(deployments, aggregates, st.sampled_from(AGGREGATES), st.integers(1, 10_000))
+def test_monotone_in_each_aggregate(d, agg, name, bump):
+    base = beta_features(d, **agg)[0]
+    more = beta_features(d, **{**agg, name: agg[name] + bump})[0]
+    assert np.all(more >= base * (1 - 1e-12))
+
+
+@settings(max_examples=200, deadline=None)
+@given(deployments, aggregates, aggregates)
+def test_additive_over_steps_for_linear_features(d, a, b):
+    fa, fb = beta_features(d, **a)[0], beta_features(d, **b)[0]
+    fab = beta_features(d, **{k: a[k] + b[k] for k in AGGREGATES})[0]
+    for name, i in F.items():
+        if name in CONSTANT:
+            assert fab[i] == pytest.approx(fa[i]) == pytest.approx(fb[i])
+        elif name == "weight_traffic_s":
+            if not d.model.is_moe:
+                assert fab[i] == pytest.approx(fa[i])  # dense: weights read once per step
+            else:
+                assert fab[i] <= fa[i] + fb[i]  # distinct experts are subadditive
+        else:
+            assert fab[i] == pytest.approx(fa[i] + fb[i], rel=1e-9, abs=1e-18)
+
+
+@settings(max_examples=100, deadline=None)
+@given(aggregates)
+def test_compute_scales_as_one_over_tp(agg):
+    f1 = beta_features(Deployment("llama-2-70b", "H100", tp=1), **agg)[0]
+    f4 = beta_features(Deployment("llama-2-70b", "H100", tp=4), **agg)[0]
+    for name in ("prefill_compute_s", "decode_compute_s", "weight_traffic_s"):
+        assert f4[F[name]] == pytest.approx(f1[F[name]] / 4, rel=1e-12)
+    assert f1[F["tp_comm_s"]] == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(deployments, st.lists(aggregates, min_size=1, max_size=20), st.lists(st.floats(0, 5), min_size=10, max_size=10))
+def test_feature_map_collapse_matches(d, rows, beta):
+    agg = {k: np.array([r[k] for r in rows], dtype=float) for k in AGGREGATES}
+    beta = np.array(beta)
+    expected = beta_features(d, **agg) @ beta
+    fmap = feature_weights(d)
+    per_agg, const, moe = fmap.collapse(beta)
+    A = np.stack([agg[k] for k in AGGREGATES], axis=1)
+    tokens = agg["prefill_tokens"] + agg["num_decode_reqs"]
+    got = A @ per_agg + const + moe * fmap.expected_distinct_experts(tokens)
+    assert np.allclose(got, expected, rtol=1e-10, atol=1e-15)
+
+
+def test_roofline_is_max_of_compute_and_memory():
+    d = DEPLOYMENTS[0]
+    decode = dict(prefill_tokens=0, prefill_context_tokens=0, prefill_attention_pairs=0,
+                  num_prefill_reqs=0, num_decode_reqs=8, decode_context_tokens=8000)
+    f = beta_features(d, **decode)[0]
+    assert roofline_s(d, **decode)[0] == pytest.approx(f[F["weight_traffic_s"]] + f[F["kv_traffic_s"]])
+    prefill = dict(prefill_tokens=8192, prefill_context_tokens=0, prefill_attention_pairs=8192 * 8193 // 2,
+                   num_prefill_reqs=1, num_decode_reqs=0, decode_context_tokens=0)
+    f = beta_features(d, **prefill)[0]
+    assert roofline_s(d, **prefill)[0] == pytest.approx(f[F["prefill_compute_s"]])
+
+
+def test_to_blis_beta_order():
+    beta = {name: float(i + 1) for i, name in enumerate(BETA_FEATURES)}
+    out = to_blis_beta(beta)
+    assert len(out) == len(BLIS_BETA_ORDER) == 11
+    # beta1a, beta2a, beta3, beta4, beta5..7 (µs), beta8 = 0, beta1b = beta2b = kv, beta_EP
+    assert out == [1.0, 2.0, 3.0, 5.0, 8.0, 9.0, 10.0, 0.0, 4.0, 4.0, 6.0]
+    del beta["tp_comm_s"]
+    with pytest.raises(KeyError, match="tp_comm_s"):
+        to_blis_beta(beta)
