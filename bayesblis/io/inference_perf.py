@@ -1,0 +1,222 @@
+"""Reader for inference-perf experiment folders (measured client-side runs).
+
+A folder holds `exp-config.yaml`, `profile.yaml` (one-line JSON), `requests.json`,
+`ground_truth.json` and `stage_N_lifecycle_metrics.json` / `summary_lifecycle_metrics.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bayesblis.errors import EmptyInputError, InputError
+from bayesblis.io.vllm_settings import VllmSettings
+
+REQUIRED_FILES = ("exp-config.yaml", "profile.yaml", "requests.json", "ground_truth.json")
+REQUEST_COLUMNS = ["request_index", "arrival_s", "prompt_tokens", "output_tokens",
+                   "prefix_group", "has_error", "e2e_s", "ttft_s", "stage"]
+STAGE_COLUMNS = ["stage", "rate_rps", "duration_s", "start_s", "end_s"]
+
+
+@dataclass
+class Experiment:
+    """One inference-perf run: settings, load stages and per-request ground truth."""
+
+    name: str
+    folder: Path
+    settings: VllmSettings
+    profile: dict
+    stages: pd.DataFrame
+    requests: pd.DataFrame
+    lifecycle: dict = field(default_factory=dict)
+    model_name: str | None = None
+    kv_blocks_total_gpu: int | None = None
+    block_size: int | None = None
+    meta: dict = field(default_factory=dict)
+
+
+def is_inference_perf_folder(path) -> bool:
+    path = Path(path)
+    return path.is_dir() and all((path / f).is_file() for f in ("requests.json", "profile.yaml"))
+
+
+def _load_json(path: Path):
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"not valid JSON: {exc.msg}", record=f"line {exc.lineno}") from None
+
+
+def read_profile(path) -> dict:
+    """Parse `profile.yaml` (YAML, usually one line of JSON)."""
+    import yaml
+
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"neither YAML nor JSON: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise InputError(path, "not a mapping", expected="an inference-perf profile")
+    return data
+
+
+def _stages_from_profile(profile: dict, path: Path) -> pd.DataFrame:
+    stages = (profile.get("load") or {}).get("stages")
+    if not stages:
+        raise InputError(path, "no load stages", field="load.stages",
+                         expected="a list of {rate, duration}")
+    rows, start = [], 0.0
+    for i, st in enumerate(stages):
+        try:
+            rate, dur = float(st["rate"]), float(st["duration"])
+        except (KeyError, TypeError, ValueError):
+            raise InputError(path, f"stage {i} lacks rate/duration", record=f"stage {i}",
+                             field="load.stages", expected="numbers 'rate' and 'duration'") from None
+        if not (rate > 0 and dur > 0):
+            raise InputError(path, f"non-positive rate/duration {rate}/{dur}", record=f"stage {i}",
+                             field="load.stages", expected="positive numbers")
+        rows.append((i, rate, dur, start, start + dur))
+        start += dur
+    return pd.DataFrame(rows, columns=STAGE_COLUMNS)
+
+
+def read_inference_perf(folder) -> Experiment:
+    """Read one experiment folder into an `Experiment` (never modifies the folder)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(folder, "not a folder", expected="an inference-perf experiment folder")
+    for name in REQUIRED_FILES:
+        if not (folder / name).is_file():
+            raise InputError(folder / name, "file missing",
+                             expected=f"an inference-perf folder with {', '.join(REQUIRED_FILES)}")
+    profile = read_profile(folder / "profile.yaml")
+    stages = _stages_from_profile(profile, folder / "profile.yaml")
+
+    req_path, gt_path = folder / "requests.json", folder / "ground_truth.json"
+    meta = _load_json(req_path)
+    if not isinstance(meta, dict) or "requests" not in meta:
+        raise InputError(req_path, "no 'requests' list", field="requests",
+                         expected="an object with a 'requests' array")
+    raw = meta["requests"]
+    if not raw:
+        raise EmptyInputError(req_path, "no requests", field="requests")
+    gt = _load_json(gt_path)
+    if not isinstance(gt, list):
+        raise InputError(gt_path, "not a JSON array", expected="a list of per-request records")
+    if len(gt) != len(raw):
+        raise InputError(gt_path, f"{len(gt)} records but {req_path.name} has {len(raw)} requests",
+                         field="index", expected=f"the same request count in {req_path} and {gt_path}")
+
+    req = pd.DataFrame(raw)
+    for col in ("index", "arrival_time_us", "input_tokens", "output_tokens"):
+        if col not in req.columns:
+            raise InputError(req_path, "column missing", field=f"requests[].{col}")
+    truth = pd.DataFrame(gt)
+    if "index" not in truth.columns:
+        raise InputError(gt_path, "column missing", field="index")
+    if "ttft_s" not in truth.columns:
+        truth["ttft_s"] = np.nan
+    if "e2e_s" not in truth.columns:
+        truth["e2e_s"] = np.nan
+    if req["index"].duplicated().any():
+        dup = int(req.loc[req["index"].duplicated(), "index"].iloc[0])
+        raise InputError(req_path, "duplicate request index", record=f"index {dup}", field="index")
+    merged = req.merge(truth[["index", "has_error", "e2e_s", "ttft_s"]].rename(
+        columns={"has_error": "gt_has_error"}), on="index", how="left", indicator=True)
+    missing = merged["_merge"] != "both"
+    if missing.any():
+        idx = int(merged.loc[missing, "index"].iloc[0])
+        raise InputError(gt_path, f"no ground truth for request index {idx} of {req_path.name}",
+                         record=f"index {idx}", field="index",
+                         expected=f"every index of {req_path} in {gt_path}")
+    for col in ("input_tokens", "output_tokens"):
+        bad = merged[col] < 0
+        if bad.any():
+            idx = int(merged.loc[bad, "index"].iloc[0])
+            raise InputError(req_path, f"negative token count {int(merged.loc[bad, col].iloc[0])}",
+                             record=f"index {idx}", field=col, expected="an integer >= 0")
+    has_error = merged["has_error"].fillna(False).astype(bool) | merged["gt_has_error"].fillna(False).astype(bool)
+    e2e = pd.to_numeric(merged["e2e_s"], errors="coerce").astype(float)
+    ttft = pd.to_numeric(merged["ttft_s"], errors="coerce").astype(float)
+    ok = ~has_error
+    bad_time = ok & ((~np.isfinite(e2e)) | (~np.isfinite(ttft)) | (ttft < 0) | (e2e < ttft))
+    if bad_time.any():
+        idx = int(merged.loc[bad_time, "index"].iloc[0])
+        raise InputError(gt_path, f"invalid timings e2e_s={e2e[bad_time].iloc[0]} "
+                         f"ttft_s={ttft[bad_time].iloc[0]}", record=f"index {idx}", field="e2e_s/ttft_s",
+                         expected="finite 0 <= ttft_s <= e2e_s for a request without error")
+    arrival_s = merged["arrival_time_us"].astype(float) / 1e6
+    stage = np.searchsorted(stages["end_s"].to_numpy(), arrival_s.to_numpy(), side="right")
+    stage = np.minimum(stage, len(stages) - 1)
+    requests = pd.DataFrame({
+        "request_index": merged["index"].astype("int64"),
+        "arrival_s": arrival_s,
+        "prompt_tokens": merged["input_tokens"].astype("int64"),
+        "output_tokens": merged["output_tokens"].astype("int64"),
+        "prefix_group": merged.get("prefix_group", pd.Series([""] * len(merged))).fillna("").astype(str),
+        "has_error": has_error,
+        "e2e_s": e2e.where(ok, np.nan),
+        "ttft_s": ttft.where(ok, np.nan),
+        "stage": stage.astype("int64"),
+    }).sort_values("request_index", ignore_index=True)
+
+    lifecycle = {}
+    for p in sorted(folder.glob("*_lifecycle_metrics.json")):
+        m = re.fullmatch(r"stage_(\d+)_lifecycle_metrics\.json", p.name)
+        key = int(m.group(1)) if m else p.name.removesuffix("_lifecycle_metrics.json")
+        lifecycle[key] = _load_json(p)
+
+    cfg = meta.get("config") or {}
+    settings = VllmSettings.from_exp_config(
+        folder / "exp-config.yaml",
+        **({"block_size": int(cfg["block_size"])} if cfg.get("block_size") else {}),
+        **({"kv_blocks_total_gpu": int(cfg["kv_blocks_total_gpu"])} if cfg.get("kv_blocks_total_gpu") else {}),
+    )
+    model_name = settings.model or meta.get("model_id") or (profile.get("server") or {}).get("model_name")
+    return Experiment(
+        name=folder.name, folder=folder, settings=settings, profile=profile, stages=stages,
+        requests=requests, lifecycle=lifecycle, model_name=model_name,
+        kv_blocks_total_gpu=cfg.get("kv_blocks_total_gpu"), block_size=cfg.get("block_size"),
+        meta={k: v for k, v in meta.items() if k != "requests"},
+    )
+
+
+def stage_measurements(experiment: Experiment) -> pd.DataFrame:
+    """Per-stage latency summary from the per-request ground truth of non-error requests.
+
+    Columns: stage, rate_rps, n_requests, n_ok, e2e_mean_s, ttft_mean_s, e2e_p90_s,
+    ttft_p90_s, output_tokens_mean, itl_mean_s. `itl_mean_s` is the per-token decode
+    time (mean E2E − mean TTFT) / (mean output tokens − 1), the quantity simulator
+    comparisons use. inference-perf's own `inter_token_latency` in the lifecycle files is
+    per streamed chunk (~2 chunks per token), so it is about half of this.
+    """
+    req = experiment.requests
+    rows = []
+    for st in experiment.stages.itertuples():
+        sub = req[req["stage"] == st.stage]
+        ok = sub[~sub["has_error"]]
+        n_ok = len(ok)
+        e2e_mean = float(ok["e2e_s"].mean()) if n_ok else math.nan
+        ttft_mean = float(ok["ttft_s"].mean()) if n_ok else math.nan
+        out_mean = float(ok["output_tokens"].mean()) if n_ok else math.nan
+        itl = (e2e_mean - ttft_mean) / (out_mean - 1) if n_ok and out_mean > 1 else math.nan
+        rows.append({
+            "stage": int(st.stage), "rate_rps": float(st.rate_rps), "n_requests": len(sub),
+            "n_ok": n_ok, "e2e_mean_s": e2e_mean, "ttft_mean_s": ttft_mean,
+            "e2e_p90_s": float(ok["e2e_s"].quantile(0.9)) if n_ok else math.nan,
+            "ttft_p90_s": float(ok["ttft_s"].quantile(0.9)) if n_ok else math.nan,
+            "output_tokens_mean": out_mean, "itl_mean_s": itl,
+        })
+    return pd.DataFrame(rows)

@@ -1,0 +1,38 @@
+import pytest
+
+from bayesblis.errors import InputError
+from bayesblis.io.vllm_settings import VllmSettings
+
+
+def test_defaults_are_v1():
+    s = VllmSettings()
+    assert (s.max_num_seqs, s.max_num_batched_tokens, s.block_size) == (256, 2048, 16)
+    assert s.enable_prefix_caching and s.enable_chunked_prefill and s.gpu_memory_utilization == 0.9
+
+
+def test_from_cli_args():
+    s = VllmSettings.from_cli_args(
+        "vllm serve mistralai/Mixtral-8x7B-v0.1 --tensor-parallel-size 2 --max_num_batched_tokens=8192 "
+        "--enable-expert-parallel --no-enable-prefix-caching --kv-offloading-size 10 --port 8000 "
+        "--max-num-seqs 64 --disable-log-requests")
+    assert s.model == "mistralai/Mixtral-8x7B-v0.1" and s.tp == 2 and s.ep == 2
+    assert s.max_num_batched_tokens == 8192 and s.max_num_seqs == 64
+    assert not s.enable_prefix_caching and s.kv_offloading_size_gb == 10
+    assert VllmSettings.from_cli_args(["m", "-tp", "4"]).tp == 4
+
+
+def test_round_trip_and_validation(real_ip_dir):
+    s = VllmSettings.from_exp_config(real_ip_dir / "20260217-155451-llama-2-7b-tp1-codegen" / "exp-config.yaml")
+    assert s.model == "meta-llama/Llama-2-7b-hf" and s.max_model_len == 4096 and s.max_num_seqs == 128
+    assert VllmSettings.from_dict(s.to_dict()) == s
+
+
+def test_validation():
+    with pytest.raises(InputError, match="tp"):
+        VllmSettings(tp=0)
+    with pytest.raises(InputError, match="max_num_seqs"):
+        VllmSettings.from_cli_args("m --max-num-seqs -3")
+    with pytest.raises(InputError, match="gpu_memory_utilization"):
+        VllmSettings(gpu_memory_utilization=1.5)
+    with pytest.raises(InputError, match="bogus"):
+        VllmSettings.from_dict({"bogus": 1})
