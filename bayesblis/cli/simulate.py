@@ -1,0 +1,110 @@
+"""`bayesblis simulate`: run the vLLM scheduler simulator with coefficient draws."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("simulate")
+@click.argument("scenario", type=click.Path(exists=True, path_type=Path))
+@click.option("--posterior", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="POSTERIOR.nc from `bayesblis fit` (coefficients drawn per configuration).")
+@click.option("--coefficients", "coefficients", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Fixed coefficients: JSON {alpha: {...}, beta: {...}} or BLIS-style YAML "
+                   "(data_specs/coefficients-input.md).")
+@click.option("--draws", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Posterior draws (one simulation each).")
+@click.option("--hardware", help="GPU catalog name (overrides / fills the scenario's hardware).")
+@click.option("--replay", is_flag=True, help="Inference-perf folder: replay the recorded requests.")
+@click.option("--allow-unseen", is_flag=True,
+              help="Allow population-level draws for configurations the posterior never saw.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of draws and noise.")
+@click.option("--max-duration-s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Simulate only requests arriving before this time (s).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Threads running draws in parallel (default: all CPUs).")
+@click.option("--trace-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also write traces.json + kv_events.jsonl of one run at the mean coefficients.")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="RESULT.json to write.")
+def command(scenario, posterior, coefficients, draws, hardware, replay, allow_unseen, seed,
+            max_duration_s, workers, trace_dir, out):
+    """Simulate SCENARIO (scenario YAML, inference-perf folder or TraceV2 header.yaml)
+    once per coefficient draw and write RESULT.json (latency metrics with intervals)."""
+    from tqdm import tqdm
+
+    from bayesblis.atomic import write_json
+    from bayesblis.simulate.results import Draws, load_coefficients, run_scenario
+    from bayesblis.simulate.scenario import load_scenario
+
+    if (posterior is None) == (coefficients is None):
+        raise click.UsageError("give exactly one of --posterior or --coefficients")
+    sc = load_scenario(scenario, hardware=hardware, replay=replay, seed=seed)
+    deployment = sc.deployment()
+    if posterior is not None:
+        from bayesblis.coefficients import posterior_draws
+
+        cd = posterior_draws(posterior, deployment, draws, allow_unseen=allow_unseen, seed=seed)
+        d = Draws.from_coefficient_draws(cd, source=f"posterior {posterior}")
+    else:
+        d = load_coefficients(coefficients)
+        if d.noise_sigma[0] > 0 and draws > 1:  # fixed coefficients: draws vary the noise only
+            d = Draws(d.beta.repeat(draws, 0), d.alpha.repeat(draws, 0),
+                      d.noise_sigma.repeat(draws), d.noise_nu.repeat(draws), d.source)
+    with tqdm(total=d.n_draws, desc="draws", unit="draw", disable=None) as bar:
+        result = run_scenario(sc, d, seed=seed, max_duration_s=max_duration_s,
+                              progress=lambda i: bar.update(1), deployment=deployment,
+                              n_workers=workers)
+    if trace_dir is not None:
+        result["metadata"]["trace_dir"] = str(trace_dir)
+        _write_traces(sc, d, deployment, trace_dir, seed, max_duration_s)
+    write_json(out, result)
+    click.echo(format_summary(result))
+    click.echo(f"wrote {out}")
+
+
+def _write_traces(sc, d, deployment, trace_dir, seed, max_duration_s):
+    import numpy as np
+
+    from bayesblis.simulate.engine import deployment_constants, run_engine
+    from bayesblis.simulate.trace_writer import write_traces
+
+    w = sc.build_workload(max_duration_s)
+    cfg = sc.engine_config(deployment)
+    run = run_engine(w, cfg, deployment_constants(deployment), d.beta.mean(0), d.alpha.mean(0),
+                     noise_sigma=float(np.mean(d.noise_sigma)),
+                     noise_nu=float(np.median(d.noise_nu)), seed=seed, record=True)
+    write_traces(run, w, cfg, trace_dir, seed=seed)
+
+
+def format_summary(result: dict) -> str:
+    """Compact text table: one row per metric, summary then per stage (mean [lo, hi])."""
+    from bayesblis.simulate.results import METRICS
+
+    blocks = [("all", result["summary"])] + [(f"stage {s['stage']}", s) for s in result["stages"]]
+    if len(blocks) == 2:
+        blocks = blocks[:1]
+    head = f"{'metric':<26}" + "".join(f"{name:>30}" for name, _ in blocks)
+    lines = [head, "-" * len(head)]
+    for m in METRICS:
+        row = f"{m:<26}"
+        for _, b in blocks:
+            v = b.get(m) or {}
+            if v.get("mean") is None:
+                row += f"{'n/a':>30}"
+            else:
+                row += f"{_fmt(v['mean'], m):>12} [{_fmt(v['lo'], m)}, {_fmt(v['hi'], m)}]".rjust(30)
+        lines.append(row)
+    c = result["counts"]
+    lines.append(f"requests {c['n_requests']}  dropped {c['n_dropped']}  "
+                 f"excluded (errors) {c['n_excluded_errors']}  preemptions (mean) "
+                 f"{(c['n_preemptions'] or {}).get('mean') or 0:.0f}  draws {result['metadata']['draws']}")
+    return "\n".join(lines)
+
+
+def _fmt(v, metric):
+    if metric.endswith("_per_s"):
+        return f"{v:.0f}"
+    return f"{v * 1e3:.1f}ms" if abs(v) < 1 else f"{v:.2f}s"

@@ -1,0 +1,259 @@
+"""Run a scenario for posterior draws and summarise latency metrics (RESULT.json).
+
+See data_specs/simulation-result.md for the file layout. Every metric is computed per
+draw (one engine run per draw), then summarised over draws as
+{"mean", "median", "lo", "hi", "ci_prob"} with an equal-tailed interval.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from bayesblis import __version__
+from bayesblis.constants import CI_PROB
+from bayesblis.simulate.engine import (DROP_REASONS, STATUS_OK, EngineRun, deployment_constants,
+                                       run_engine)
+
+METRICS = ("ttft_mean_s", "ttft_p90_s", "ttft_p99_s", "itl_mean_s", "tpot_mean_s",
+           "e2e_mean_s", "e2e_p90_s", "e2e_p99_s", "throughput_tokens_per_s")
+RESULT_VERSION = "1"
+
+
+@dataclass
+class Draws:
+    """Coefficient draws the simulator needs: beta [D, K] (BETA_FEATURES order), alpha
+    [D, 3] in µs (ALPHA_FEATURES order), noise_sigma [D], noise_nu [D]."""
+
+    beta: np.ndarray
+    alpha: np.ndarray
+    noise_sigma: np.ndarray
+    noise_nu: np.ndarray
+    source: str = "fixed"
+
+    def __post_init__(self):
+        self.beta = np.atleast_2d(np.asarray(self.beta, float))
+        self.alpha = np.atleast_2d(np.asarray(self.alpha, float))
+        d = self.beta.shape[0]
+        self.noise_sigma = np.broadcast_to(np.asarray(self.noise_sigma, float), (d,)).copy()
+        self.noise_nu = np.broadcast_to(np.asarray(self.noise_nu, float), (d,)).copy()
+        if self.alpha.shape != (d, 3):
+            raise ValueError(f"alpha must be [{d}, 3], got {self.alpha.shape}")
+
+    @property
+    def n_draws(self) -> int:
+        return self.beta.shape[0]
+
+    @classmethod
+    def from_coefficient_draws(cls, cd, source: str) -> "Draws":
+        return cls(cd.beta, cd.alpha, cd.noise_sigma, cd.noise_nu, source)
+
+
+def summarize(values, ci_prob: float = CI_PROB) -> dict:
+    """Mean, median and equal-tailed interval of per-draw values (NaNs ignored)."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return {"mean": None, "median": None, "lo": None, "hi": None, "ci_prob": float(ci_prob)}
+    lo, hi = np.quantile(v, [(1 - ci_prob) / 2, (1 + ci_prob) / 2])
+    return {"mean": float(v.mean()), "median": float(np.median(v)), "lo": float(lo),
+            "hi": float(hi), "ci_prob": float(ci_prob)}
+
+
+def request_metrics(run: EngineRun, output_tokens, arrival_s, mask) -> dict:
+    """The METRICS of the requests selected by `mask` (ok, not has_error) in one run."""
+    sel = mask & (run.status == STATUS_OK) & np.isfinite(run.e2e_s)
+    out = {m: np.nan for m in METRICS}
+    if not sel.any():
+        return out
+    e2e, ttft = run.e2e_s[sel], run.ttft_s[sel]
+    n_out = output_tokens[sel].astype(float)
+    out["ttft_mean_s"] = float(ttft.mean())
+    out["ttft_p90_s"], out["ttft_p99_s"] = (float(x) for x in np.quantile(ttft, [0.9, 0.99]))
+    out["e2e_mean_s"] = float(e2e.mean())
+    out["e2e_p90_s"], out["e2e_p99_s"] = (float(x) for x in np.quantile(e2e, [0.9, 0.99]))
+    if n_out.mean() > 1:
+        out["itl_mean_s"] = float((e2e.mean() - ttft.mean()) / (n_out.mean() - 1))
+    multi = n_out > 1
+    if multi.any():
+        out["tpot_mean_s"] = float(np.mean((e2e[multi] - ttft[multi]) / (n_out[multi] - 1)))
+    span = float(np.max(arrival_s[sel] + e2e) - np.min(arrival_s[sel]))
+    if span > 0:
+        out["throughput_tokens_per_s"] = float(n_out.sum() / span)
+    return out
+
+
+def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float | None = None,
+                 ci_prob: float = CI_PROB, progress=None, deployment=None,
+                 n_workers: int | None = None) -> dict:
+    """Simulate `scenario` once per draw and return the RESULT.json document.
+
+    `progress`: optional callable(i) after each draw (e.g. a tqdm update);
+    `n_workers`: threads running draws in parallel (default: CPU count).
+    """
+    deployment = deployment or scenario.deployment()
+    cfg = scenario.engine_config(deployment)
+    w = scenario.build_workload(max_duration_s)
+    constants = deployment_constants(deployment)
+    n_stage = w.n_stages
+    per_draw = {"summary": {m: [] for m in METRICS},
+                "stages": [{m: [] for m in METRICS} for _ in range(n_stage)]}
+    preempt, dropped, steps, busy = [], [], [], []
+    reasons = {}
+    valid = ~w.has_error
+    t0 = time.perf_counter()
+    draw_seeds = np.random.SeedSequence(seed).generate_state(draws.n_draws)
+
+    def one(d):
+        return run_engine(w, cfg, constants, draws.beta[d], draws.alpha[d],
+                          noise_sigma=float(draws.noise_sigma[d]),
+                          noise_nu=float(draws.noise_nu[d]), seed=int(draw_seeds[d]))
+
+    workers = max(1, min(int(n_workers or os.cpu_count() or 1), draws.n_draws))
+    if workers > 1:
+        pool = ThreadPoolExecutor(workers)  # the kernel releases the GIL
+        runs = pool.map(one, range(draws.n_draws))
+    else:
+        pool = None
+        runs = (one(d) for d in range(draws.n_draws))
+    for d, run in enumerate(runs):
+        for m, v in request_metrics(run, w.output_tokens, w.arrival_s, valid).items():
+            per_draw["summary"][m].append(v)
+        for s in range(n_stage):
+            for m, v in request_metrics(run, w.output_tokens, w.arrival_s,
+                                        valid & (w.stage == s)).items():
+                per_draw["stages"][s][m].append(v)
+        preempt.append(int(run.num_preemptions.sum()))
+        dropped.append(int((run.status != STATUS_OK).sum()))
+        steps.append(run.n_steps)
+        busy.append(run.busy_s / run.end_s if run.end_s > 0 else 0.0)
+        if d == 0:
+            for code in np.unique(run.drop_reason[run.status != STATUS_OK]):
+                reasons[DROP_REASONS[int(code)]] = int(np.sum(run.drop_reason == code))
+        if progress is not None:
+            progress(d)
+    if pool is not None:
+        pool.shutdown()
+    wall = time.perf_counter() - t0
+
+    def block(metrics):
+        return {m: summarize(metrics[m], ci_prob) for m in METRICS}
+
+    stages = []
+    for s in range(n_stage):
+        sel = w.stage == s
+        a, b = w.stage_bounds_s[s]
+        st = {"stage": s, "start_s": float(a), "end_s": float(b),
+              "rate_rps": float(sel.sum() / (b - a)) if b > a else None,
+              "n_requests": int(sel.sum()), "n_excluded_errors": int((sel & ~valid).sum())}
+        st.update(block(per_draw["stages"][s]))
+        stages.append(st)
+    summary = block(per_draw["summary"])
+    return {
+        "result_version": RESULT_VERSION,
+        "summary": summary,
+        "stages": stages,
+        "counts": {"n_requests": int(len(w)), "n_excluded_errors": int((~valid).sum()),
+                   "n_dropped": int(max(dropped) if dropped else 0), "drop_reasons": reasons,
+                   "n_preemptions": summarize(preempt, ci_prob),
+                   "n_steps": summarize(steps, ci_prob),
+                   "busy_fraction": summarize(busy, ci_prob)},
+        "metadata": {"scenario": scenario.describe(), "engine": cfg.__dict__,
+                     "deployment": _describe(deployment),
+                     "coefficients_source": draws.source, "draws": int(draws.n_draws),
+                     "seed": int(seed), "ci_prob": float(ci_prob),
+                     "max_duration_s": max_duration_s, "package_version": __version__,
+                     "wall_s": round(wall, 3),
+                     "itl_definition": "(mean E2E - mean TTFT) / (mean output tokens - 1) per "
+                                       "stage: per generated token (inference-perf's own ITL is "
+                                       "per streamed chunk, about half)"},
+    }
+
+
+def _describe(deployment) -> dict:
+    try:
+        return deployment.describe()
+    except Exception:  # noqa: BLE001 - metadata only
+        return {"repr": repr(deployment)}
+
+
+def load_coefficients(path) -> Draws:
+    """One fixed draw from a coefficients file (data_specs/coefficients-input.md).
+
+    JSON: {"alpha": {ALPHA_FEATURES name: µs}, "beta": {BETA_FEATURES name: value},
+    "noise_sigma": 0.0, "noise_nu": 30.0} (noise optional; beta names missing -> error).
+    YAML (BLIS style): `alpha_coeffs` [3] and `beta_coeffs` [len(BETA_FEATURES)] lists in
+    ALPHA_FEATURES / BETA_FEATURES order.
+    """
+    import json
+    from pathlib import Path
+
+    from bayesblis.errors import InputError
+    from bayesblis.features.alpha import ALPHA_FEATURES
+    from bayesblis.features.beta import BETA_FEATURES
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, "file not found") from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise InputError(path, f"not valid YAML: {exc}") from None
+        if not isinstance(data, dict) or "alpha_coeffs" not in data or "beta_coeffs" not in data:
+            raise InputError(path, "missing alpha_coeffs/beta_coeffs", field="alpha_coeffs",
+                             expected="BLIS-style lists alpha_coeffs and beta_coeffs")
+        alpha, beta = data["alpha_coeffs"], data["beta_coeffs"]
+        for name, vals, n in (("alpha_coeffs", alpha, len(ALPHA_FEATURES)),
+                              ("beta_coeffs", beta, len(BETA_FEATURES))):
+            if not isinstance(vals, list) or len(vals) != n or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+                raise InputError(path, f"invalid value {vals!r}", field=name,
+                                 expected=f"a list of {n} numbers")
+        alpha = np.array(alpha, float)
+        beta = np.array(beta, float)
+        sigma = float(data.get("noise_sigma", 0.0))
+        nu = float(data.get("noise_nu", 30.0))
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"not valid JSON: {exc.msg}", record=f"line {exc.lineno}") from None
+        if not isinstance(data, dict):
+            raise InputError(path, "not a JSON object", expected='{"alpha": {...}, "beta": {...}}')
+        vecs = {}
+        for key, names in (("alpha", ALPHA_FEATURES), ("beta", BETA_FEATURES)):
+            block = data.get(key)
+            if not isinstance(block, dict):
+                raise InputError(path, "missing or not an object", field=key,
+                                 expected=f"{{name: value}} with names {list(names)}")
+            unknown = sorted(set(block) - set(names))
+            missing = [n for n in names if n not in block]
+            if unknown or missing:
+                bad = (unknown or missing)[0]
+                raise InputError(path, f"unknown {unknown} / missing {missing} coefficient(s)",
+                                 field=f"{key}.{bad}", expected=f"exactly the names {list(names)}")
+            for n in names:
+                v = block[n]
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+                    raise InputError(path, f"invalid value {v!r}", field=f"{key}.{n}",
+                                     expected="a finite number")
+            vecs[key] = np.array([float(block[n]) for n in names])
+        alpha, beta = vecs["alpha"], vecs["beta"]
+        sigma = data.get("noise_sigma", 0.0)
+        nu = data.get("noise_nu", 30.0)
+        for key, v in (("noise_sigma", sigma), ("noise_nu", nu)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise InputError(path, f"invalid value {v!r}", field=key, expected="a number >= 0")
+    if nu <= 0:
+        raise InputError(path, f"invalid value {nu!r}", field="noise_nu", expected="a number > 0")
+    return Draws(beta[None, :], alpha[None, :], [float(sigma)], [float(nu)],
+                 source=f"coefficients file {path}")

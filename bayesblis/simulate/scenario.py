@@ -1,0 +1,491 @@
+"""Simulation scenarios: deployment + vLLM settings + workload.
+
+Sources: a scenario YAML file (data_specs/scenario.md), an inference-perf experiment
+folder (synthetic from its profile, or an exact replay of its recorded requests), or a
+BLIS TraceV2 header + data (replay).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from bayesblis.errors import InputError
+from bayesblis.simulate.workload import Workload, check_token_spec, generate, shared_prefix
+
+VLLM_KEYS = {
+    "max_num_batched_tokens": int, "max_num_seqs": int, "max_model_len": int,
+    "gpu_memory_utilization": float, "block_size": int, "enable_prefix_caching": bool,
+    "enable_chunked_prefill": bool, "kv_blocks_total": int, "cpu_offload_blocks": int,
+}
+VLLM_DEFAULTS = {"max_num_batched_tokens": 2048, "max_num_seqs": 256, "max_model_len": None,
+                 "gpu_memory_utilization": 0.9, "block_size": 16, "enable_prefix_caching": True,
+                 "enable_chunked_prefill": True, "kv_blocks_total": None,
+                 "cpu_offload_blocks": 0}
+TOP_KEYS = {"name", "model", "hardware", "tp", "ep", "dtype", "vllm", "workload"}
+WORKLOAD_KEYS = {"seed", "arrival", "stages", "prompt_tokens", "output_tokens", "prefix"}
+
+
+@dataclass
+class Scenario:
+    """What to simulate: one deployment serving one workload.
+
+    `vllm` holds the scheduler settings (keys of VLLM_KEYS; None = derive:
+    `max_model_len` from the model, `kv_blocks_total` from the deployment memory model).
+    `workload_spec` is the YAML `workload` mapping (synthetic) or None when `workload`
+    was given directly (replay).
+    """
+
+    model: str
+    hardware: str | None
+    tp: int = 1
+    ep: int = 1
+    dtype: str = "auto"
+    vllm: dict = field(default_factory=dict)
+    workload_spec: dict | None = None
+    workload: Workload | None = None
+    name: str = "scenario"
+    source: str | None = None
+
+    def __post_init__(self):
+        merged = dict(VLLM_DEFAULTS)
+        merged.update({k: v for k, v in (self.vllm or {}).items()})
+        self.vllm = merged
+        if self.workload is None and self.workload_spec is None:
+            raise InputError(self.source, "no workload", field="workload",
+                             expected="a workload mapping or replayed requests")
+
+    # -- building blocks ---------------------------------------------------------------
+    def deployment(self):
+        """The `features.physics.Deployment` of this scenario."""
+        from bayesblis.features.physics import Deployment
+
+        if not self.hardware:
+            raise InputError(self.source, "no hardware given", field="hardware",
+                             expected="a GPU catalog name (e.g. H100-SXM) or --hardware")
+        return Deployment(self.model, self.hardware, tp=int(self.tp), ep=int(self.ep),
+                          dtype=self.dtype, block_size=int(self.vllm["block_size"]))
+
+    def engine_config(self, deployment=None):
+        """`EngineConfig` with derived defaults filled in."""
+        from bayesblis.simulate.engine import EngineConfig
+
+        v = self.vllm
+        mml = v["max_model_len"]
+        kv = v["kv_blocks_total"]
+        if mml is None or kv is None:
+            deployment = deployment or self.deployment()
+            if kv is None:
+                kv = int(deployment.kv_cache_blocks(float(v["gpu_memory_utilization"])))
+                if kv < 1:
+                    raise InputError(self.source, "the model does not fit the GPU memory: "
+                                     "no KV cache blocks left", field="vllm.kv_blocks_total",
+                                     expected="a larger tp, gpu_memory_utilization or an explicit value")
+        if mml is None:
+            mml = _max_position_embeddings(self.model) or int(kv) * int(v["block_size"])
+        return EngineConfig(max_num_batched_tokens=int(v["max_num_batched_tokens"]),
+                            max_num_seqs=int(v["max_num_seqs"]), max_model_len=int(mml),
+                            kv_blocks_total=int(kv), block_size=int(v["block_size"]),
+                            enable_prefix_caching=bool(v["enable_prefix_caching"]),
+                            enable_chunked_prefill=bool(v["enable_chunked_prefill"]),
+                            cpu_offload_blocks=int(v["cpu_offload_blocks"]))
+
+    def build_workload(self, max_duration_s: float | None = None) -> Workload:
+        """The request workload (generated from the spec, or the replayed one)."""
+        if self.workload is not None:
+            w = self.workload
+        else:
+            spec = self.workload_spec
+            if spec.get("shared_prefix"):
+                sp = spec["shared_prefix"]
+                w = shared_prefix(spec["stages"], arrival=spec.get("arrival", "constant"),
+                                  seed=int(spec.get("seed", 0)), **sp)
+            else:
+                w = generate(spec["stages"], spec["prompt_tokens"], spec["output_tokens"],
+                             arrival=spec.get("arrival", "constant"), prefix=spec.get("prefix"),
+                             seed=int(spec.get("seed", 0)))
+        if max_duration_s is not None:
+            w = w.truncate(float(max_duration_s))
+        return w
+
+    def with_hardware(self, hardware: str | None) -> "Scenario":
+        return replace(self, hardware=hardware) if hardware else self
+
+    def describe(self) -> dict:
+        """Plain dict for result metadata."""
+        return {"name": self.name, "source": self.source, "model": self.model,
+                "hardware": self.hardware, "tp": self.tp, "ep": self.ep, "dtype": self.dtype,
+                "vllm": dict(self.vllm),
+                "workload": (self.workload_spec if self.workload_spec is not None
+                             else {"replay": True, "n_requests": len(self.workload)})}
+
+    # -- constructors ------------------------------------------------------------------
+    @classmethod
+    def from_yaml(cls, path) -> "Scenario":
+        """Read a scenario YAML file (see data_specs/scenario.md)."""
+        import yaml
+
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError(path, "file not found") from None
+        except yaml.YAMLError as exc:
+            raise InputError(path, f"not valid YAML: {exc}") from None
+        return cls.from_dict(data, source=path)
+
+    @classmethod
+    def from_dict(cls, data, *, source=None) -> "Scenario":
+        """Validate a scenario mapping; errors name `source` and the field."""
+        if not isinstance(data, dict):
+            raise InputError(source, "not a mapping", expected="scenario keys (model, hardware, ...)")
+        unknown = sorted(set(data) - TOP_KEYS)
+        if unknown:
+            raise InputError(source, f"unknown key(s) {unknown}", field=unknown[0],
+                             expected=f"one of {sorted(TOP_KEYS)}")
+        if not isinstance(data.get("model"), str) or not data["model"]:
+            raise InputError(source, "missing or invalid", field="model",
+                             expected="a config.json path or a catalog model name")
+        model = data["model"]
+        if source is not None and (model.endswith(".json") or "/" in model):
+            cand = (Path(source).parent / model)
+            if cand.exists():
+                model = str(cand)
+        hw = data.get("hardware")
+        if hw is not None and not isinstance(hw, str):
+            raise InputError(source, f"invalid value {hw!r}", field="hardware", expected="a GPU name")
+        ints = {}
+        for key, default in (("tp", 1), ("ep", 1)):
+            v = data.get(key, default)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InputError(source, f"invalid value {v!r}", field=key, expected="a positive integer")
+            ints[key] = v
+        dtype = data.get("dtype", "auto")
+        if not isinstance(dtype, str):
+            raise InputError(source, f"invalid value {dtype!r}", field="dtype", expected="a dtype name")
+        vllm = _check_vllm(data.get("vllm") or {}, source)
+        wl = _check_workload(data.get("workload"), source)
+        return cls(model=model, hardware=hw, tp=ints["tp"], ep=ints["ep"], dtype=dtype,
+                   vllm=vllm, workload_spec=wl, name=str(data.get("name") or
+                                                        (Path(source).stem if source else "scenario")),
+                   source=str(source) if source else None)
+
+    @classmethod
+    def from_inference_perf(cls, folder, hardware: str | None = None, replay: bool = False,
+                            *, seed: int = 0) -> "Scenario":
+        """Scenario of an inference-perf experiment folder.
+
+        Settings from exp-config.yaml (+ kv_blocks_total_gpu / block_size of
+        requests.json `config`); load from profile.yaml (`shared_prefix` data, constant
+        stages). With `replay`, the recorded arrivals and token counts are used instead;
+        requests with has_error are simulated (with the profile's prompt/output lengths
+        when their recorded counts are 0) and excluded from latency metrics. Recorded
+        prefix groups are empty in the published runs, so replayed requests are assigned
+        to the profile's system-prompt groups at random (seeded).
+        """
+        import yaml
+
+        folder = Path(folder)
+        cfg_path, prof_path = folder / "exp-config.yaml", folder / "profile.yaml"
+        for p in (cfg_path, prof_path):
+            if not p.is_file():
+                raise InputError(p, "file missing", expected="an inference-perf experiment folder")
+        try:
+            exp = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise InputError(cfg_path, f"not valid YAML: {exc}") from None
+        if not isinstance(exp, dict):
+            raise InputError(cfg_path, "not a mapping", expected="exp-config keys")
+        text = prof_path.read_text(encoding="utf-8")
+        try:
+            prof = json.loads(text)
+        except json.JSONDecodeError:
+            try:
+                prof = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise InputError(prof_path, f"neither JSON nor YAML: {exc}") from None
+        if not isinstance(prof, dict):
+            raise InputError(prof_path, "not a mapping", expected="an inference-perf profile")
+        model = exp.get("model") or (prof.get("server") or {}).get("model_name")
+        if not model:
+            raise InputError(cfg_path, "no model", field="model", expected="a model name")
+        load = prof.get("load") or {}
+        stages = load.get("stages")
+        if not isinstance(stages, list) or not stages:
+            raise InputError(prof_path, "no load stages", field="load.stages",
+                             expected="a list of {rate, duration}")
+        for i, st in enumerate(stages):
+            if not isinstance(st, dict) or not all(isinstance(st.get(k), (int, float))
+                                                   for k in ("rate", "duration")):
+                raise InputError(prof_path, "stage lacks numeric rate/duration",
+                                 record=f"stage {i}", field="load.stages")
+        arrival = "poisson" if load.get("type") == "poisson" else "constant"
+        sp = ((prof.get("data") or {}).get("shared_prefix")) or {}
+        try:
+            groups = int(sp.get("num_unique_system_prompts", 1))
+            users = int(sp.get("num_users_per_system_prompt", 1))
+            sys_len = int(sp.get("system_prompt_len", 0))
+            q_len = int(sp["question_len"])
+            out_len = int(sp["output_len"])
+        except (KeyError, TypeError, ValueError):
+            raise InputError(prof_path, "shared_prefix data lacks question_len/output_len",
+                             field="data.shared_prefix",
+                             expected="system_prompt_len, question_len, output_len") from None
+        req_path = folder / "requests.json"
+        meta_cfg = {}
+        meta = None
+        if req_path.is_file():
+            try:
+                meta = json.loads(req_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise InputError(req_path, f"not valid JSON: {exc.msg}") from None
+            meta_cfg = (meta or {}).get("config") or {}
+        vllm = {
+            "max_num_batched_tokens": int(exp.get("max_num_batched_tokens", 2048)),
+            "max_num_seqs": int(exp.get("max_num_seqs", 256)),
+            "max_model_len": int(exp["max_model_len"]) if exp.get("max_model_len") else None,
+            "block_size": int(meta_cfg.get("block_size") or exp.get("block_size") or 16),
+            "kv_blocks_total": (int(meta_cfg["kv_blocks_total_gpu"])
+                                if meta_cfg.get("kv_blocks_total_gpu") else None),
+        }
+        if "gpu_memory_utilization" in exp:
+            vllm["gpu_memory_utilization"] = float(exp["gpu_memory_utilization"])
+        if "enable_prefix_caching" in exp:
+            vllm["enable_prefix_caching"] = bool(exp["enable_prefix_caching"])
+        tp = int(exp.get("tensor_parallelism", exp.get("tensor_parallel_size", 1)))
+        common = dict(model=str(model), hardware=hardware, tp=tp, ep=1, dtype="auto", vllm=vllm,
+                      name=folder.name, source=str(folder))
+        if not replay:
+            spec = {"seed": int(seed), "arrival": arrival,
+                    "stages": [{"rate": float(s["rate"]), "duration": float(s["duration"])}
+                               for s in stages],
+                    "shared_prefix": {"num_groups": groups, "users_per_group": users,
+                                      "system_prompt_len": sys_len, "question_len": q_len,
+                                      "output_len": out_len}}
+            return cls(workload_spec=spec, **common)
+        if meta is None:
+            raise InputError(req_path, "file missing", expected="requests.json for --replay")
+        w = _replay_inference_perf(folder, meta, stages, groups, sys_len, q_len, out_len, seed)
+        return cls(workload=w, **common)
+
+    @classmethod
+    def from_trace_v2(cls, header, data, hardware: str | None = None) -> "Scenario":
+        """Replay a BLIS TraceV2 trace (header YAML + data CSV)."""
+        from bayesblis.io.tracev2 import read_trace_v2
+
+        tr = read_trace_v2(header, data)
+        return _scenario_from_trace_v2(tr, header, hardware)
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------
+
+def _max_position_embeddings(model: str) -> int | None:
+    """`max_position_embeddings` of a config.json path (file or folder), else None."""
+    p = Path(model)
+    p = p / "config.json" if p.is_dir() else p
+    if p.suffix != ".json" or not p.is_file():
+        return None
+    try:
+        cfg = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    cfg = cfg.get("text_config", cfg) if isinstance(cfg, dict) else {}
+    v = cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None
+    return int(v) if isinstance(v, int) and v > 0 else None
+
+
+def _check_vllm(v, source) -> dict:
+    if not isinstance(v, dict):
+        raise InputError(source, "not a mapping", field="vllm", expected="vLLM settings")
+    out = {}
+    for key, value in v.items():
+        if key not in VLLM_KEYS:
+            raise InputError(source, f"unknown vLLM setting {key!r}", field=f"vllm.{key}",
+                             expected=f"one of {sorted(VLLM_KEYS)}")
+        typ = VLLM_KEYS[key]
+        if value is None and key in ("max_model_len", "kv_blocks_total"):
+            out[key] = None
+            continue
+        if typ is bool:
+            if not isinstance(value, bool):
+                raise InputError(source, f"invalid value {value!r}", field=f"vllm.{key}",
+                                 expected="true or false")
+        elif typ is int:
+            if isinstance(value, bool) or not isinstance(value, int) or value < (
+                    0 if key == "cpu_offload_blocks" else 1):
+                raise InputError(source, f"invalid value {value!r}", field=f"vllm.{key}",
+                                 expected="a positive integer" if key != "cpu_offload_blocks"
+                                 else "an integer >= 0")
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise InputError(source, f"invalid value {value!r}", field=f"vllm.{key}",
+                                 expected="a number in (0, 1]")
+            value = float(value)
+        out[key] = value
+    return out
+
+
+def _check_workload(w, source) -> dict:
+    if not isinstance(w, dict):
+        raise InputError(source, "missing or not a mapping", field="workload",
+                         expected="{stages, prompt_tokens, output_tokens, ...}")
+    unknown = sorted(set(w) - WORKLOAD_KEYS)
+    if unknown:
+        raise InputError(source, f"unknown key(s) {unknown}", field=f"workload.{unknown[0]}",
+                         expected=f"one of {sorted(WORKLOAD_KEYS)}")
+    stages = w.get("stages")
+    if not isinstance(stages, list) or not stages:
+        raise InputError(source, "missing or empty", field="workload.stages",
+                         expected="a list of {rate, duration}")
+    for i, st in enumerate(stages):
+        ok = (isinstance(st, dict) and set(st) <= {"rate", "duration"}
+              and all(isinstance(st.get(k), (int, float)) and not isinstance(st.get(k), bool)
+                      for k in ("rate", "duration"))
+              and st["rate"] >= 0 and st["duration"] > 0)
+        if not ok:
+            raise InputError(source, f"invalid stage {st!r}", record=f"stage {i}",
+                             field="workload.stages", expected="{rate: >= 0 req/s, duration: > 0 s}")
+    arrival = w.get("arrival", "constant")
+    if arrival not in ("constant", "poisson"):
+        raise InputError(source, f"invalid value {arrival!r}", field="workload.arrival",
+                         expected="constant or poisson")
+    for key in ("prompt_tokens", "output_tokens"):
+        if key not in w:
+            raise InputError(source, "missing", field=f"workload.{key}",
+                             expected="an int or a distribution mapping")
+        check_token_spec(w[key], source, f"workload.{key}")
+    seed = w.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InputError(source, f"invalid value {seed!r}", field="workload.seed", expected="an integer")
+    prefix = w.get("prefix")
+    if prefix is not None:
+        if not isinstance(prefix, dict) or set(prefix) - {"num_groups", "system_prompt_len"}:
+            raise InputError(source, f"invalid value {prefix!r}", field="workload.prefix",
+                             expected="{num_groups: int, system_prompt_len: int | distribution}")
+        g = prefix.get("num_groups", 1)
+        if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+            raise InputError(source, f"invalid value {g!r}", field="workload.prefix.num_groups",
+                             expected="a positive integer")
+        check_token_spec(prefix.get("system_prompt_len", 0), source, "workload.prefix.system_prompt_len")
+    return dict(w)
+
+
+def _replay_inference_perf(folder, meta, stages, groups, sys_len, q_len, out_len, seed) -> Workload:
+    """Recorded requests of an inference-perf run as a Workload."""
+    try:
+        from bayesblis.io.inference_perf import read_inference_perf
+        req = read_inference_perf(folder).requests.sort_values("arrival_s", kind="stable")
+        arrival = req["arrival_s"].to_numpy(float)
+        prompt = req["prompt_tokens"].to_numpy(np.int64)
+        output = req["output_tokens"].to_numpy(np.int64)
+        err = req["has_error"].to_numpy(bool)
+        pgroup = req["prefix_group"].astype(str).to_numpy()
+    except ImportError:
+        raw = meta.get("requests") or []
+        if not raw:
+            raise InputError(Path(folder) / "requests.json", "no requests", field="requests")
+        raw = sorted(raw, key=lambda r: r["arrival_time_us"])
+        arrival = np.array([r["arrival_time_us"] for r in raw], float) / 1e6
+        prompt = np.array([r["input_tokens"] for r in raw], np.int64)
+        output = np.array([r["output_tokens"] for r in raw], np.int64)
+        err = np.array([bool(r.get("has_error")) for r in raw])
+        pgroup = np.array([str(r.get("prefix_group") or "") for r in raw])
+    prompt = np.where(prompt < 1, sys_len + q_len, prompt)
+    output = np.where(output < 1, max(out_len, 1), output)
+    rng = np.random.default_rng(seed)
+    if np.all(pgroup == ""):
+        group = rng.integers(0, max(groups, 1), size=len(arrival)).astype(np.int64)
+    else:
+        _, group = np.unique(pgroup, return_inverse=True)
+        group = group.astype(np.int64)
+        group[pgroup == ""] = -1
+    ptok = np.where(group >= 0, sys_len, 0)
+    bounds, start = [], 0.0
+    for st in stages:
+        bounds.append((start, start + float(st["duration"])))
+        start += float(st["duration"])
+    ends = np.array([b[1] for b in bounds])
+    stage = np.minimum(np.searchsorted(ends, arrival, side="right"), len(bounds) - 1)
+    return Workload(arrival, prompt, output, group, ptok, stage, err, bounds)
+
+
+def _scenario_from_trace_v2(tr, header, hardware) -> Scenario:
+    """Build a replay Scenario from a read `TraceV2` (header `server` block + rows).
+
+    Arrivals: `arrival_time_s` shifted to start at 0; tokens: `input_tokens` /
+    `output_tokens` (0 -> 1); prefix groups from `prefix_group` with `prefix_length`
+    tokens; rows with a status other than 'ok' are simulated but excluded from metrics.
+    """
+    req = tr.requests.sort_values("arrival_time_s", kind="stable")
+    arrival = req["arrival_time_s"].to_numpy(float)
+    arrival = arrival - arrival.min()
+    prompt = np.maximum(req["input_tokens"].to_numpy(np.int64), 1)
+    output = np.maximum(req["output_tokens"].to_numpy(np.int64), 1)
+    pg = req["prefix_group"].astype(str).to_numpy()
+    _, group = np.unique(pg, return_inverse=True)
+    group = group.astype(np.int64)
+    group[pg == ""] = -1
+    if (group >= 0).any():   # renumber the groups that exist from 0
+        _, group_new = np.unique(group[group >= 0], return_inverse=True)
+        group[group >= 0] = group_new
+    ptok = req["prefix_length"].to_numpy(np.int64) if "prefix_length" in req else np.zeros(len(req), np.int64)
+    err = (req["status"].astype(str) != "ok").to_numpy()
+    w = Workload(arrival, prompt, output, group, ptok, None, err,
+                 [(0.0, float(arrival.max()) + 1e-9)])
+    server = tr.header.get("server") or {}
+    model = server.get("model") or next((m for m in req.get("model", []) if m), None)
+    if not model:
+        raise InputError(header, "no model named", field="server.model",
+                         expected="the served model (catalog name or config.json path)")
+    vllm = {}
+    for src, dst in (("max_num_seqs", "max_num_seqs"), ("block_size", "block_size"),
+                     ("gpu_memory_utilization", "gpu_memory_utilization"),
+                     ("max_model_len", "max_model_len"),
+                     ("max_num_batched_tokens", "max_num_batched_tokens"),
+                     ("kv_blocks_total_gpu", "kv_blocks_total")):
+        if server.get(src) is not None:
+            vllm[dst] = server[src]
+    vllm = _check_vllm(vllm, header)
+    tp = server.get("tensor_parallel") or 1
+    return Scenario(model=str(model), hardware=hardware, tp=int(tp), ep=1, dtype="auto",
+                    vllm=vllm, workload=w, name=Path(header).stem, source=str(header))
+
+
+def load_scenario(path, *, hardware: str | None = None, replay: bool = False,
+                  seed: int = 0) -> Scenario:
+    """Scenario from a YAML file, an inference-perf folder or a TraceV2 header (.yaml
+    with a sibling data CSV named in it or `<stem>.csv`)."""
+    path = Path(path)
+    if path.is_dir():
+        return Scenario.from_inference_perf(path, hardware, replay=replay, seed=seed)
+    if not path.exists():
+        raise InputError(path, "not found", expected="a scenario YAML, an inference-perf folder "
+                         "or a TraceV2 header")
+    if _is_trace_v2_header(path):
+        data = _trace_v2_data_path(path)
+        return Scenario.from_trace_v2(path, data, hardware)
+    return Scenario.from_yaml(path).with_hardware(hardware)
+
+
+def _is_trace_v2_header(path: Path) -> bool:
+    import yaml
+
+    try:
+        d = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except Exception:  # noqa: BLE001 - not YAML: let from_yaml report it
+        return False
+    return isinstance(d, dict) and "trace_version" in d
+
+
+def _trace_v2_data_path(header: Path) -> Path:
+    for cand in (header.with_suffix(".csv"), header.with_name(header.stem.replace("header", "data") + ".csv"),
+                 header.parent / "data.csv", header.parent / "trace_data.csv"):
+        if cand.exists() and cand != header:
+            return cand
+    raise InputError(header, "no TraceV2 data CSV beside the header",
+                     expected=f"{header.with_suffix('.csv').name} or data.csv in {header.parent}")

@@ -1,0 +1,190 @@
+"""`bayesblis simulate` end to end: scenario YAML, coefficients files, real folders."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from bayesblis.cli import cli
+from bayesblis.simulate.results import METRICS
+
+from sim_helpers import ALPHA_PRIOR, BETA_PRIOR, REAL, coefficients_json
+
+SUMMARY_KEYS = {"mean", "median", "lo", "hi", "ci_prob"}
+
+
+def check_result(path, n_stages=None):
+    res = json.loads(path.read_text())
+    assert {"summary", "stages", "counts", "metadata"} <= set(res)
+    for block in [res["summary"], *res["stages"]]:
+        for m in METRICS:
+            assert set(block[m]) == SUMMARY_KEYS
+    if n_stages is not None:
+        assert len(res["stages"]) == n_stages
+    assert {"n_requests", "n_dropped", "n_preemptions"} <= set(res["counts"])
+    assert {"scenario", "coefficients_source", "draws", "seed", "package_version"} <= set(res["metadata"])
+    return res
+
+
+def invoke(args):
+    result = CliRunner().invoke(cli, ["simulate", *map(str, args)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_simulate_yaml_with_noise_draws(tmp_path):
+    sc = {"model": "llama-2-7b", "hardware": "H100-SXM",
+          "vllm": {"max_num_batched_tokens": 512, "max_num_seqs": 32, "max_model_len": 2048},
+          "workload": {"stages": [{"rate": 4, "duration": 10}, {"rate": 8, "duration": 5}],
+                       "prompt_tokens": {"dist": "uniform", "min": 100, "max": 600},
+                       "output_tokens": 50}}
+    p = tmp_path / "sc.yaml"
+    p.write_text(yaml.safe_dump(sc))
+    coef = tmp_path / "c.json"
+    coef.write_text(json.dumps({"alpha": ALPHA_PRIOR, "beta": BETA_PRIOR, "noise_sigma": 0.1,
+                                "noise_nu": 5}))
+    out = tmp_path / "RESULT.json"
+    r = invoke([p, "--coefficients", coef, "--draws", 5, "--out", out, "--trace-dir",
+                tmp_path / "tr"])
+    res = check_result(out, n_stages=2)
+    assert "ttft_mean_s" in r.output
+    s = res["summary"]["e2e_mean_s"]
+    assert s["lo"] <= s["median"] <= s["hi"] and s["lo"] < s["hi"]     # noise draws differ
+    assert res["metadata"]["draws"] == 5
+    assert (tmp_path / "tr" / "traces.json").stat().st_size > 0
+    # metric definitions: itl from means; tpot per request
+    assert res["summary"]["itl_mean_s"]["mean"] > 0
+
+
+def test_blis_style_yaml_coefficients(tmp_path):
+    from bayesblis.features.beta import BETA_FEATURES
+
+    sc = {"model": "llama-2-7b", "hardware": "H100-SXM",
+          "workload": {"stages": [{"rate": 2, "duration": 5}], "prompt_tokens": 200,
+                       "output_tokens": 20}}
+    p = tmp_path / "sc.yaml"
+    p.write_text(yaml.safe_dump(sc))
+    coef = tmp_path / "c.yaml"
+    coef.write_text(yaml.safe_dump({"alpha_coeffs": list(ALPHA_PRIOR.values()),
+                                    "beta_coeffs": [BETA_PRIOR[n] for n in BETA_FEATURES]}))
+    out = tmp_path / "R.json"
+    invoke([p, "--coefficients", coef, "--out", out])
+    res = check_result(out)
+    assert res["metadata"]["draws"] == 1       # fixed coefficients without noise: one run
+
+
+def test_bad_coefficients_file_is_clear_error(tmp_path):
+    from bayesblis.cli import main
+
+    sc = tmp_path / "sc.yaml"
+    sc.write_text(yaml.safe_dump({"model": "llama-2-7b", "hardware": "H100-SXM",
+                                  "workload": {"stages": [{"rate": 1, "duration": 2}],
+                                               "prompt_tokens": 10, "output_tokens": 2}}))
+    coef = tmp_path / "c.json"
+    coef.write_text(json.dumps({"alpha": ALPHA_PRIOR, "beta": {"prefill_compute": 1.0}}))
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", str(sc), "--coefficients", str(coef), "--out", str(tmp_path / "o.json")])
+    assert exc.value.code == 2
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="shared real data absent")
+def test_simulate_one_real_folder(tmp_path):
+    folder = REAL / "20260217-203421-llama-2-70b-hf-tp4-codegen"
+    out = tmp_path / "RESULT.json"
+    invoke([folder, "--coefficients", coefficients_json(tmp_path / "c.json"), "--hardware",
+            "H100-SXM", "--max-duration-s", 120, "--out", out])
+    res = check_result(out, n_stages=1)
+    assert res["counts"]["n_requests"] == 600
+    # the replay of the same folder uses the recorded requests
+    out2 = tmp_path / "RESULT2.json"
+    invoke([folder, "--coefficients", tmp_path / "c.json", "--hardware", "H100-SXM", "--replay",
+            "--max-duration-s", 120, "--out", out2])
+    check_result(out2)
+
+
+@pytest.fixture(scope="module")
+def all_real_results(tmp_path_factory):
+    if not REAL.is_dir():
+        pytest.skip("shared real data absent")
+    tmp = tmp_path_factory.mktemp("real")
+    coef = coefficients_json(tmp / "c.json")
+    outs = {}
+    for folder in sorted(p for p in REAL.iterdir() if p.is_dir()):
+        out = tmp / f"{folder.name}.json"
+        invoke([folder, "--coefficients", coef, "--hardware", "H100-SXM", "--draws", 1,
+                "--max-duration-s", 30, "--workers", 1, "--out", out])
+        outs[folder.name] = out
+    return outs
+
+
+def test_simulate_all_real_folders(all_real_results):
+    assert len(all_real_results) == 16
+    for name, out in all_real_results.items():
+        res = check_result(out)
+        assert res["counts"]["n_requests"] > 0, name
+        assert res["summary"]["ttft_mean_s"]["mean"] > 0, name
+
+
+def test_result_and_scenario_schemas(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    from sim_helpers import REPO
+
+    specs = REPO / "data_specs"
+    res_schema = json.loads((specs / "simulation-result.schema.json").read_text())
+    sc_schema = json.loads((specs / "scenario.schema.json").read_text())
+    for s in (res_schema, sc_schema):
+        jsonschema.Draft202012Validator.check_schema(s)
+    sc = {"name": "t", "model": "llama-2-7b", "hardware": "H100-SXM", "tp": 1,
+          "vllm": {"max_num_seqs": 16, "kv_blocks_total": 500, "cpu_offload_blocks": 20},
+          "workload": {"seed": 1, "arrival": "poisson", "stages": [{"rate": 3, "duration": 4}],
+                       "prompt_tokens": {"dist": "lognormal", "mean": 200, "std": 50},
+                       "output_tokens": {"dist": "uniform", "min": 5, "max": 30},
+                       "prefix": {"num_groups": 2, "system_prompt_len": 40}}}
+    jsonschema.validate(sc, sc_schema)
+    p = tmp_path / "sc.yaml"
+    p.write_text(yaml.safe_dump(sc))
+    out = tmp_path / "R.json"
+    invoke([p, "--coefficients", coefficients_json(tmp_path / "c.json"), "--out", out])
+    jsonschema.validate(json.loads(out.read_text()), res_schema)
+    for bad in ({**sc, "tp": 0}, {**sc, "vllm": {"block_sise": 16}}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, sc_schema)
+
+
+def test_posterior_option_uses_posterior_draws(tmp_path, monkeypatch):
+    """--posterior asks coefficients.posterior_draws for D draws of the scenario's deployment
+    (a stand-in module here: fitting a posterior is not this test's job)."""
+    import sys
+    import types
+
+    import numpy as np
+
+    from bayesblis.features.beta import BETA_FEATURES
+
+    calls = {}
+
+    def posterior_draws(path, deployment, n_draws, *, allow_unseen=False, seed=0):
+        calls.update(path=path, deployment=deployment, n=n_draws, allow_unseen=allow_unseen)
+        rng = np.random.default_rng(seed)
+        beta = np.array([BETA_PRIOR[n] for n in BETA_FEATURES]) * rng.lognormal(0, 0.1, (n_draws, len(BETA_FEATURES)))
+        return types.SimpleNamespace(beta=beta, alpha=np.tile(list(ALPHA_PRIOR.values()), (n_draws, 1)),
+                                     noise_sigma=np.full(n_draws, 0.05), noise_nu=np.full(n_draws, 6.0))
+
+    monkeypatch.setitem(sys.modules, "bayesblis.coefficients",
+                        types.SimpleNamespace(posterior_draws=posterior_draws))
+    post = tmp_path / "POSTERIOR.nc"
+    post.write_bytes(b"")
+    sc = tmp_path / "sc.yaml"
+    sc.write_text(yaml.safe_dump({"model": "llama-2-7b", "workload": {
+        "stages": [{"rate": 3, "duration": 5}], "prompt_tokens": 300, "output_tokens": 30}}))
+    out = tmp_path / "R.json"
+    invoke([sc, "--posterior", post, "--draws", 6, "--hardware", "H100-SXM", "--allow-unseen",
+            "--out", out])
+    res = check_result(out)
+    assert calls["n"] == 6 and calls["allow_unseen"] and calls["deployment"].tp == 1
+    assert res["metadata"]["draws"] == 6 and "posterior" in res["metadata"]["coefficients_source"]
+    e2e = res["summary"]["e2e_mean_s"]
+    assert e2e["lo"] < e2e["hi"]

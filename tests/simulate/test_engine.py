@@ -1,0 +1,272 @@
+"""Engine semantics: hand-checked scheduler cases, conservation, causality, features."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bayesblis.simulate.engine import (STATUS_DROPPED, STATUS_OK, EngineConfig, run_engine,
+                                       run_engine_arrays, step_features)
+from bayesblis.simulate.workload import Workload, generate
+
+from sim_helpers import ALPHA_PRIOR, BETA_PRIOR, beta_vector, unit_step_beta
+
+ZERO_ALPHA = np.zeros(3)
+
+
+def cfg(**kw):
+    base = dict(max_num_batched_tokens=2048, max_num_seqs=128, max_model_len=4096,
+                kv_blocks_total=10_000, block_size=16)
+    base.update(kw)
+    return EngineConfig(**base)
+
+
+def run(arrival, prompt, output, constants, config, *, group=None, prefix=None, beta=None,
+        alpha=ZERO_ALPHA, **kw):
+    n = len(arrival)
+    group = np.full(n, -1) if group is None else np.asarray(group)
+    prefix = np.zeros(n, int) if prefix is None else np.asarray(prefix)
+    beta = unit_step_beta() if beta is None else beta
+    return run_engine_arrays(np.asarray(arrival, float), np.asarray(prompt), np.asarray(output),
+                             group, prefix, config, constants, beta, alpha, record=True, **kw)
+
+
+def entries_of(res, r):
+    e = res.steps.entries
+    return e[(e[:, 1] == r) & (e[:, 2] > 0)]
+
+
+def test_budget_split_chunks_prefill(constants):
+    # three decoding requests, then a 10-token prompt under a budget of 8:
+    # 3 decodes + a 5-token chunk, then 3 decodes + the remaining 5 tokens
+    res = run([0, 0, 0, 0.0015], [2, 2, 2, 10], [10, 10, 10, 2], constants,
+              cfg(max_num_batched_tokens=8))
+    d = entries_of(res, 3)
+    assert d[0, 0] == 3 and d[0, 2] == 5 and d[0, 3] == 0
+    assert d[1, 0] == 4 and d[1, 2] == 5 and d[1, 3] == 5
+    assert res.first_token_step[3] == 4
+    assert res.first_token_s[3] == pytest.approx(0.004)
+    for r in range(3):  # the decodes ran in both steps, one token each
+        e = res.steps.entries
+        rows = e[(e[:, 1] == r) & np.isin(e[:, 0], [3, 4])]
+        assert list(rows[:, 2]) == [1, 1]
+
+
+def test_running_prefill_continues_before_new_admissions(constants):
+    # request 0 needs 3 chunks; request 1 arriving meanwhile waits for the budget
+    res = run([0, 0.0005], [20, 4], [2, 2], constants, cfg(max_num_batched_tokens=8))
+    e0 = entries_of(res, 0)
+    assert list(e0[:3, 2]) == [8, 8, 4]
+    e1 = entries_of(res, 1)
+    assert e1[0, 0] == 3 and e1[0, 2] == 4   # admitted with the leftover budget of step 3
+
+
+def test_preemption_evicts_last_admitted(constants):
+    # 4 blocks of 4 tokens: two requests fit at first, then the later one is preempted
+    res = run([0, 0], [4, 4], [8, 8], constants,
+              cfg(block_size=4, kv_blocks_total=4, max_num_batched_tokens=64))
+    assert res.num_preemptions[1] >= 1
+    assert res.num_preemptions[0] == 0
+    pre = res.steps.preemptions
+    assert pre[0, 1] == 1
+    assert np.all(res.status == STATUS_OK)
+    # the preempted request resumes by recomputing prompt + generated output
+    e1 = entries_of(res, 1)
+    restart = e1[1:][e1[1:, 3] == 0]
+    assert len(restart) >= 1 and restart[0, 4] > 0 and restart[0, 2] == 4 + restart[0, 4]
+    assert res.prefill_computed_tokens[1] == 4 * (1 + res.num_preemptions[1])  # recomputed
+
+
+def test_preemption_puts_victim_at_front_of_waiting(constants):
+    # a third request is waiting when request 1 is preempted: 1 must be resumed first
+    res = run([0, 0, 0.0001], [4, 4, 4], [8, 8, 2], constants,
+              cfg(block_size=4, kv_blocks_total=4, max_num_batched_tokens=64, max_num_seqs=2))
+    assert res.num_preemptions[1] >= 1
+    assert res.scheduled_step[2] > res.steps.preemptions[0, 0]
+    e1 = entries_of(res, 1)
+    resume_step = e1[1:][e1[1:, 3] == 0][0, 0]
+    assert resume_step <= res.scheduled_step[2]
+
+
+def test_prefix_hit_skips_cached_full_blocks(constants):
+    res = run([0, 0.01], [100, 100], [2, 2], constants, cfg(), group=[0, 0], prefix=[70, 70])
+    assert res.cached_prefix_tokens[0] == 0
+    assert res.cached_prefix_tokens[1] == 64            # 4 full blocks of the 70-token prefix
+    e1 = entries_of(res, 1)
+    assert e1[0, 3] == 64 and e1[0, 2] == 36
+    assert res.prefill_computed_tokens[1] == 36
+
+
+def test_prefix_hit_leaves_one_token_to_compute(constants):
+    res = run([0, 0.01], [64, 64], [2, 2], constants, cfg(), group=[0, 0], prefix=[64, 64])
+    assert res.cached_prefix_tokens[1] == 48
+
+
+def test_prefix_caching_off_has_no_hits(constants):
+    res = run([0, 0.01], [100, 100], [2, 2], constants, cfg(enable_prefix_caching=False),
+              group=[0, 0], prefix=[70, 70])
+    assert res.cached_prefix_tokens.sum() == 0
+
+
+def test_max_num_seqs_respected(constants):
+    res = run(np.zeros(10), np.full(10, 8), np.full(10, 5), constants, cfg(max_num_seqs=3))
+    assert res.steps.step_col("running_depth").max() == 3
+    assert np.all(res.status == STATUS_OK)
+
+
+def test_max_model_len_rejection(constants):
+    res = run([0, 0, 0], [100, 4000, 50], [10, 200, 10], constants, cfg(max_model_len=4096))
+    assert list(res.status) == [STATUS_OK, STATUS_DROPPED, STATUS_OK]
+    assert res.drop_reason[1] == 1
+    assert np.isnan(res.e2e_s[1])
+
+
+def test_chunked_prefill_off_waits_for_budget(constants):
+    res = run([0, 0], [6, 6], [3, 3], constants,
+              cfg(max_num_batched_tokens=8, enable_chunked_prefill=False))
+    e1 = entries_of(res, 1)
+    assert e1[0, 2] == 6 and e1[0, 3] == 0   # never chunked
+
+
+def test_idle_skip_and_alpha_timing(constants):
+    alpha = np.array([1000.0, 2.0, 50.0])  # 1 ms + 2 µs/prompt token; 50 µs per output token
+    res = run([0.0, 5.0], [10, 10], [3, 3], constants, cfg(), alpha=alpha)
+    q = 0.001 + 10 * 2e-6
+    assert res.queued_s[1] == pytest.approx(5.0 + q)
+    assert res.scheduled_s[1] == pytest.approx(5.0 + q)       # engine idle: starts at queueing
+    assert res.ttft_s[1] == pytest.approx(q + 0.001)           # one 1-ms step
+    assert res.e2e_s[1] == pytest.approx(q + 0.003 + 3 * 50e-6)
+
+
+def test_step_time_equals_beta_features(constants, deployment):
+    from bayesblis.features.beta import beta_features
+
+    w = generate([{"rate": 30, "duration": 5}], {"dist": "uniform", "min": 50, "max": 900},
+                 {"dist": "uniform", "min": 1, "max": 60}, arrival="poisson",
+                 prefix={"num_groups": 3, "system_prompt_len": 100}, seed=3)
+    beta = beta_vector(BETA_PRIOR)
+    res = run_engine(w, cfg(max_num_batched_tokens=512, kv_blocks_total=400), constants, beta,
+                     np.array(list(ALPHA_PRIOR.values())), record=True)
+    agg = res.steps.aggregates
+    names = ("prefill_tokens", "prefill_context_tokens", "prefill_attention_pairs",
+             "num_prefill_reqs", "num_decode_reqs", "decode_context_tokens", "offload_blocks")
+    f = beta_features(deployment, **{n: agg[:, i] for i, n in enumerate(names)})
+    np.testing.assert_allclose(res.steps.end_s - res.steps.start_s, f @ beta, rtol=1e-9)
+
+
+@pytest.mark.parametrize("model,gpu,tp", [("llama-2-7b", "H100-SXM", 1),
+                                          ("llama-2-70b", "H100-SXM", 4),
+                                          ("mixtral-8x7b", "H100-SXM", 2)])
+def test_compiled_features_match_beta_features(model, gpu, tp):
+    from bayesblis.features.beta import AGGREGATES, beta_features
+    from bayesblis.features.physics import Deployment
+    from bayesblis.simulate.engine import deployment_constants
+
+    d = Deployment(model, gpu, tp=tp)
+    rng = np.random.default_rng(0)
+    n = 200
+    k = rng.integers(0, 2048, n).astype(float)
+    c = rng.integers(0, 4000, n).astype(float)
+    agg = {"prefill_tokens": k, "prefill_context_tokens": c,
+           "prefill_attention_pairs": k * c + k * (k + 1) / 2,
+           "num_prefill_reqs": rng.integers(0, 5, n).astype(float),
+           "num_decode_reqs": rng.integers(0, 128, n).astype(float),
+           "decode_context_tokens": rng.integers(0, 400_000, n).astype(float),
+           "offload_blocks": rng.integers(0, 50, n).astype(float)}
+    expected = beta_features(d, **agg)
+    got = step_features(deployment_constants(d), {a: agg[a] for a in AGGREGATES})
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-18)
+
+
+def _random_workload(seed, n_groups=3):
+    return generate([{"rate": 40, "duration": 3}, {"rate": 80, "duration": 2}],
+                    {"dist": "lognormal", "mean": 300, "std": 250, "max": 1500},
+                    {"dist": "uniform", "min": 1, "max": 120}, arrival="poisson",
+                    prefix={"num_groups": n_groups, "system_prompt_len": {"dist": "uniform", "min": 0, "max": 200}},
+                    seed=seed)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("offload", [0, 40])
+def test_conservation_and_causality(constants, seed, offload):
+    w = _random_workload(seed)
+    config = cfg(max_num_batched_tokens=256, max_num_seqs=16, kv_blocks_total=160,
+                 max_model_len=1600, cpu_offload_blocks=offload)
+    res = run_engine(w, config, constants, beta_vector(BETA_PRIOR),
+                     np.array(list(ALPHA_PRIOR.values())), noise_sigma=0.2, noise_nu=4,
+                     seed=seed, record=True)
+    ok = res.status == STATUS_OK
+    assert np.all(ok | (res.status == STATUS_DROPPED))
+    assert np.all(ok == (w.prompt_tokens + w.output_tokens <= 1600))
+    assert res.num_preemptions.sum() > 0          # the tiny cache forces preemptions
+    # causality
+    o = ok
+    assert np.all(w.arrival_s[o] <= res.queued_s[o])
+    assert np.all(res.queued_s[o] <= res.scheduled_s[o])
+    assert np.all(res.scheduled_s[o] < res.first_token_s[o])
+    assert np.all(res.first_token_s[o] <= res.finish_s[o])
+    assert np.all(res.ttft_s[o] < res.e2e_s[o])
+    st = res.steps
+    assert np.all(st.end_s > st.start_s)
+    assert np.all(st.start_s[1:] >= st.end_s[:-1] - 1e-12)     # steps never overlap
+    assert st.start_s[0] >= res.queued_s.min()
+    assert np.all(np.diff(st.step_col("step_id")) == 1)
+    # per request: tokens computed continue, or restart after a preemption from a prefix hit
+    e = st.entries[st.entries[:, 2] > 0]
+    order = np.lexsort((e[:, 0], e[:, 1]))
+    e = e[order]
+    for r in np.nonzero(ok)[0]:
+        er = e[e[:, 1] == r]
+        pre_steps = list(st.preemptions[st.preemptions[:, 1] == r, 0])
+        assert len(pre_steps) == res.num_preemptions[r]
+        done = -1
+        for row in er:
+            step, before, k = row[0], row[3], row[2]
+            restart = done < 0 or (pre_steps and step > pre_steps[0])
+            if restart:   # (re)admission: starts from a prefix-cache hit or 0
+                if done >= 0:
+                    pre_steps.pop(0)
+                assert before % 16 == 0 and before <= w.prefix_tokens[r]
+            else:
+                assert before == done
+            done = before + k
+        assert not pre_steps
+        assert done == w.prompt_tokens[r] + w.output_tokens[r] - 1   # every output token made
+        assert res.finish_step[r] == er[-1, 0]
+    # KV never over-committed; running never above max_num_seqs
+    assert st.step_col("kv_used_blocks").max() <= 160
+    assert st.step_col("running_depth").max() <= 16
+    if offload:
+        assert st.aggregates[:, 6].sum() > 0
+
+
+def test_noise_seeded_and_sigma_zero_deterministic(constants):
+    w = _random_workload(5)
+    config = cfg(max_num_batched_tokens=512, kv_blocks_total=2000)
+    beta, alpha = beta_vector(BETA_PRIOR), np.array(list(ALPHA_PRIOR.values()))
+    a = run_engine(w, config, constants, beta, alpha, noise_sigma=0.3, noise_nu=3, seed=7)
+    b = run_engine(w, config, constants, beta, alpha, noise_sigma=0.3, noise_nu=3, seed=7)
+    c = run_engine(w, config, constants, beta, alpha, noise_sigma=0.3, noise_nu=3, seed=8)
+    np.testing.assert_array_equal(a.e2e_s, b.e2e_s)
+    assert not np.allclose(a.e2e_s, c.e2e_s)
+    z1 = run_engine(w, config, constants, beta, alpha, seed=1)
+    z2 = run_engine(w, config, constants, beta, alpha, seed=2)
+    np.testing.assert_array_equal(z1.e2e_s, z2.e2e_s)
+    assert z1.busy_s == z2.busy_s
+
+
+def test_record_mode_matches_fast_mode(constants):
+    w = _random_workload(9)
+    config = cfg(max_num_batched_tokens=256, max_num_seqs=16, kv_blocks_total=160, max_model_len=1600)
+    beta, alpha = beta_vector(BETA_PRIOR), np.array(list(ALPHA_PRIOR.values()))
+    fast = run_engine(w, config, constants, beta, alpha, noise_sigma=0.1, seed=3)
+    rec = run_engine(w, config, constants, beta, alpha, noise_sigma=0.1, seed=3, record=True)
+    np.testing.assert_array_equal(fast.e2e_s, rec.e2e_s)
+    assert rec.steps.start_s.shape[0] == rec.n_steps
+
+
+def test_workload_validation():
+    with pytest.raises(ValueError):
+        Workload([0.0, 1.0], [10, 0], [1, 1])
+    with pytest.raises(ValueError):
+        Workload([1.0, 0.0], [10, 10], [1, 1])

@@ -1,0 +1,149 @@
+"""Scenario files, workload generators and inference-perf / TraceV2 sources."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from bayesblis.errors import InputError
+from bayesblis.simulate.scenario import Scenario, load_scenario
+from bayesblis.simulate.workload import generate, sample_tokens, shared_prefix, stage_arrivals
+
+from sim_helpers import REAL
+
+BASE = {
+    "model": "llama-2-7b", "hardware": "H100-SXM", "tp": 1,
+    "vllm": {"max_num_batched_tokens": 1024, "max_num_seqs": 64, "max_model_len": 4096},
+    "workload": {"seed": 3, "arrival": "poisson", "stages": [{"rate": 5, "duration": 10}],
+                 "prompt_tokens": {"dist": "normal", "mean": 300, "std": 50},
+                 "output_tokens": 100, "prefix": {"num_groups": 3, "system_prompt_len": 80}},
+}
+
+
+def write(tmp_path, data, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_scenario_yaml_builds_workload_and_config(tmp_path):
+    sc = Scenario.from_yaml(write(tmp_path, BASE))
+    w = sc.build_workload()
+    assert 20 < len(w) < 90 and w.n_groups == 3
+    assert np.all(w.prompt_tokens >= 81) and np.all(w.output_tokens == 100)
+    assert np.all(w.prefix_tokens == 80)
+    cfg = sc.engine_config()
+    assert cfg.max_num_batched_tokens == 1024 and cfg.kv_blocks_total > 1000   # from memory model
+    again = Scenario.from_yaml(write(tmp_path, BASE)).build_workload()
+    np.testing.assert_array_equal(w.arrival_s, again.arrival_s)   # seeded
+
+
+@pytest.mark.parametrize("patch,field", [
+    ({"tp": 0}, "tp"),
+    ({"colour": 1}, "colour"),
+    ({"vllm": {"max_num_seqs": -1}}, "vllm.max_num_seqs"),
+    ({"vllm": {"gpu_memory_utilization": 1.5}}, "vllm.gpu_memory_utilization"),
+    ({"vllm": {"block_sise": 16}}, "vllm.block_sise"),
+    ({"workload": {"stages": []}}, "workload.stages"),
+    ({"workload": {**BASE["workload"], "arrival": "bursty"}}, "workload.arrival"),
+    ({"workload": {**BASE["workload"], "prompt_tokens": {"dist": "zipf"}}}, "workload.prompt_tokens"),
+    ({"workload": {**BASE["workload"], "stages": [{"rate": 1}]}}, "workload.stages"),
+])
+def test_bad_scenario_names_file_and_field(tmp_path, patch, field):
+    p = write(tmp_path, {**BASE, **patch})
+    with pytest.raises(InputError) as exc:
+        Scenario.from_yaml(p)
+    assert exc.value.field == field and str(p) in str(exc.value)
+
+
+def test_not_yaml_is_input_error(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("model: [unclosed")
+    with pytest.raises(InputError):
+        Scenario.from_yaml(p)
+
+
+def test_token_distributions_and_arrivals():
+    rng = np.random.default_rng(0)
+    assert np.all(sample_tokens(7, 5, rng) == 7)
+    u = sample_tokens({"dist": "uniform", "min": 3, "max": 5}, 1000, rng)
+    assert u.min() == 3 and u.max() == 5
+    n = sample_tokens({"dist": "normal", "mean": 100, "std": 300, "min": 10, "max": 200}, 1000, rng)
+    assert n.min() == 10 and n.max() == 200
+    ln = sample_tokens({"dist": "lognormal", "mean": 500, "std": 200}, 20000, rng)
+    assert abs(ln.mean() - 500) < 15
+    t, s, b = stage_arrivals([{"rate": 2, "duration": 5}, {"rate": 4, "duration": 5}], "constant")
+    assert len(t) == 30 and list(np.bincount(s)) == [10, 20] and b == [(0, 5), (5, 10)]
+    assert np.allclose(np.diff(t[:10]), 0.5)
+    tp, _, _ = stage_arrivals([{"rate": 100, "duration": 50}], "poisson", np.random.default_rng(1))
+    assert abs(len(tp) - 5000) < 300 and tp.max() < 50
+
+
+def test_shared_prefix_workload():
+    w = shared_prefix([{"rate": 10, "duration": 10}], num_groups=5, users_per_group=4,
+                      system_prompt_len=100, question_len=400, output_len=250, seed=0)
+    assert len(w) == 100 and set(np.unique(w.prefix_group)) <= set(range(5))
+    assert np.all(w.prompt_tokens == 500) and np.all(w.prefix_tokens == 100)
+
+
+def test_generate_without_prefix_has_no_groups():
+    w = generate([{"rate": 3, "duration": 2}], 10, 5)
+    assert np.all(w.prefix_group == -1) and np.all(w.prefix_tokens == 0)
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="shared real data absent")
+def test_inference_perf_folder_synthetic_and_replay():
+    folder = REAL / "20260217-202857-llama-2-70b-tp4-general"
+    sc = Scenario.from_inference_perf(folder, "H100-SXM")
+    cfg = sc.engine_config()
+    assert (cfg.kv_blocks_total, cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.max_model_len) == \
+        (31356, 128, 2048, 4096)
+    assert sc.tp == 4
+    w = sc.build_workload()
+    assert len(w) == 8 * 600 + 20 * 600 and w.n_stages == 2
+    assert np.all(w.prompt_tokens == 100 + 447) and np.all(w.output_tokens == 248)
+    rp = Scenario.from_inference_perf(folder, "H100-SXM", replay=True).build_workload()
+    assert len(rp) == 16800
+    meta = json.loads((folder / "requests.json").read_text())["requests"]
+    assert sorted(rp.prompt_tokens.tolist()) == sorted(r["input_tokens"] for r in meta)
+    assert list(np.bincount(rp.stage)) == [sum(1 for r in meta if r["arrival_time_us"] < 600e6),
+                                           sum(1 for r in meta if r["arrival_time_us"] >= 600e6)]
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="shared real data absent")
+def test_replay_keeps_error_requests_but_flags_them():
+    folder = REAL / "20260218-065057-llama-2-70b-hf-tp4-reasoning"
+    w = Scenario.from_inference_perf(folder, "H100-SXM", replay=True).build_workload()
+    assert w.has_error.sum() > 0 and np.all(w.output_tokens >= 1) and np.all(w.prompt_tokens >= 1)
+
+
+def test_trace_v2_replay(tmp_path):
+    header = {"trace_version": 2, "mode": "real",
+              "server": {"model": "llama-2-7b", "tensor_parallel": 1, "max_num_seqs": 32,
+                         "block_size": 16, "max_model_len": 4096}}
+    (tmp_path / "trace.yaml").write_text(yaml.safe_dump(header))
+    cols = ["request_id", "client_id", "tenant_id", "slo_class", "session_id", "round_index",
+            "prefix_group", "prefix_length", "streaming", "input_tokens", "output_tokens",
+            "text_tokens", "image_tokens", "audio_tokens", "video_tokens", "reason_ratio", "model",
+            "deadline_us", "server_input_tokens", "arrival_time_us", "send_time_us",
+            "first_chunk_time_us", "last_chunk_time_us", "num_chunks", "status", "error_message",
+            "finish_reason"]
+    rows = []
+    for i in range(6):
+        vals = dict.fromkeys(cols, "")
+        vals.update(request_id=i, round_index=0, prefix_group="g1" if i % 2 else "",
+                    prefix_length=32 if i % 2 else 0, streaming="true", input_tokens=100 + i,
+                    output_tokens=20, text_tokens=100 + i, image_tokens=0, audio_tokens=0,
+                    video_tokens=0, reason_ratio=0, deadline_us=0, server_input_tokens=0,
+                    arrival_time_us=1_000_000 + 200_000 * i, send_time_us=0, first_chunk_time_us=0,
+                    last_chunk_time_us=0, num_chunks=0, status="ok" if i != 3 else "error")
+        rows.append(",".join(str(vals[c]) for c in cols))
+    (tmp_path / "trace.csv").write_text(",".join(cols) + "\n" + "\n".join(rows) + "\n")
+    sc = load_scenario(tmp_path / "trace.yaml", hardware="H100-SXM")
+    w = sc.build_workload()
+    assert len(w) == 6 and w.arrival_s[0] == 0 and w.arrival_s[-1] == pytest.approx(1.0)
+    assert list(w.prefix_group) == [-1, 0, -1, 0, -1, 0] and w.has_error.sum() == 1
+    assert sc.engine_config().max_num_seqs == 32
