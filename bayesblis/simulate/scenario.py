@@ -378,8 +378,9 @@ def _check_workload(w, source) -> dict:
 def _replay_inference_perf(folder, meta, stages, groups, sys_len, q_len, out_len, seed) -> Workload:
     """Recorded requests of an inference-perf run as a Workload."""
     try:
-        from bayesblis.io.inference_perf import read_inference_perf
-        req = read_inference_perf(folder).requests.sort_values("arrival_s", kind="stable")
+        from bayesblis.io.inference_perf import correct_output_counts, read_inference_perf
+        req = correct_output_counts(read_inference_perf(folder).requests)
+        req = req.sort_values("arrival_s", kind="stable")
         arrival = req["arrival_s"].to_numpy(float)
         prompt = req["prompt_tokens"].to_numpy(np.int64)
         output = req["output_tokens"].to_numpy(np.int64)

@@ -1,0 +1,58 @@
+"""`bayesblis coefficients`: alpha/beta with credible intervals for any configuration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from bayesblis import atomic
+from bayesblis.constants import CI_PROB
+
+
+@click.command("coefficients")
+@click.argument("posterior", type=click.Path(exists=True, dir_okay=False))
+@click.option("--model", "model_name", required=True,
+              help="config.json path, folder holding one, or catalog name (e.g. llama-2-70b).")
+@click.option("--hardware", required=True, help="GPU name from the catalog or a datasheet JSON path.")
+@click.option("--tp", default=1, show_default=True, type=int, help="Tensor-parallel degree.")
+@click.option("--ep", default=1, show_default=True, type=int, help="Expert-parallel degree (1 or TP).")
+@click.option("--dtype", default="auto", show_default=True, help="Compute dtype (auto = model's).")
+@click.option("--max-num-batched-tokens", type=int, default=None,
+              help="vLLM chunk size; recorded in the output (features, not coefficients, use it).")
+@click.option("--max-model-len", type=int, default=None, help="vLLM max_model_len; recorded.")
+@click.option("--cpu-offload-gb", type=float, default=None, help="vLLM CPU KV offload size; recorded.")
+@click.option("--allow-unseen", is_flag=True,
+              help="Answer for levels (GPU, model family) the posterior never saw, "
+                   "from population-level draws.")
+@click.option("--prob", default=CI_PROB, show_default=True, type=float,
+              help="Credible-interval probability.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="Output: .json (with intervals) or .yaml (BLIS trained_physics_coefficients).")
+@click.option("--seed", default=0, show_default=True, type=int)
+def command(posterior, model_name, hardware, tp, ep, dtype, max_num_batched_tokens,
+            max_model_len, cpu_offload_gb, allow_unseen, prob, out_path, seed):
+    """Posterior mean, median and credible interval of every coefficient for one configuration."""
+    from bayesblis.coefficients import blis_yaml, deployment_draws, export_record, format_table
+    from bayesblis.features.physics import Deployment
+    from bayesblis.model.store import load_posterior
+
+    post = load_posterior(posterior)
+    deployment = Deployment(model_name, hardware, tp=tp, ep=ep, dtype=dtype)
+    draws = deployment_draws(post, deployment, allow_unseen=allow_unseen, seed=seed)
+    knobs = {k: v for k, v in {"max_num_batched_tokens": max_num_batched_tokens,
+                               "max_model_len": max_model_len,
+                               "cpu_offload_gb": cpu_offload_gb}.items() if v is not None}
+    record = export_record(draws, prob=prob,
+                           context={"posterior": str(posterior), "vllm": knobs} if knobs else
+                           {"posterior": str(posterior)})
+    click.echo(format_table(record))
+    out = Path(out_path)
+    if out.suffix in (".yaml", ".yml"):
+        atomic.write_text(out, blis_yaml(record))
+        atomic.write_json(out.with_suffix(".json"), record)
+        click.echo(f"wrote {out} (BLIS format) and {out.with_suffix('.json')} (with intervals)")
+    else:
+        atomic.write_json(out, record)
+        click.echo(f"wrote {out}")

@@ -1,0 +1,40 @@
+"""`bayesblis fit`: fit the hierarchical model to an ingested dataset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.command("fit")
+@click.argument("dataset", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="Posterior file to write (NetCDF), e.g. posterior.nc.")
+@click.option("--method", type=click.Choice(["nuts", "pymc", "advi"]), default="nuts",
+              show_default=True, help="nuts = nutpie NUTS; pymc = PyMC's NUTS; advi = variational.")
+@click.option("--draws", default=500, show_default=True, type=int)
+@click.option("--tune", default=500, show_default=True, type=int)
+@click.option("--chains", default=2, show_default=True, type=int)
+@click.option("--hardware", default=None,
+              help="GPU of sources whose traces do not name one (e.g. H100 for inference-perf runs).")
+@click.option("--max-obs-per-config", default=2000, show_default=True, type=int,
+              help="Subsample windows per configuration (0 = all).")
+@click.option("--priors", "priors_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="YAML/JSON file of prior overrides (see data_specs/priors.md).")
+@click.option("--seed", default=1, show_default=True, type=int)
+def command(dataset, out_path, method, draws, tune, chains, hardware, max_obs_per_config,
+            priors_path, seed):
+    """Fit alpha/beta with partial pooling; print diagnostics; write POSTERIOR.nc."""
+    from bayesblis.design import build_model_data
+    from bayesblis.io.dataset import Dataset
+    from bayesblis.model.fitting import fit_and_save, load_prior_overrides
+
+    ds = Dataset.load(dataset)
+    data = build_model_data(ds, hardware=hardware,
+                            max_obs_per_config=max_obs_per_config or None, seed=seed)
+    priors = load_prior_overrides(priors_path) if priors_path else None
+    fit_and_save(data, out_path, method=method, priors=priors,
+                 sampler_config={"draws": draws, "tune": tune, "chains": chains, "seed": seed},
+                 echo=click.echo)

@@ -1,0 +1,37 @@
+"""`bayesblis validate`: leave-one-out validation against measured inference-perf runs."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("validate")
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--holdout", type=click.Choice(["experiment", "model"]), default="experiment",
+              show_default=True, help="Leave one experiment out, or one whole model out.")
+@click.option("--hardware", default="H100", show_default=True,
+              help="GPU the runs were measured on (inference-perf folders do not say).")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="REPORT JSON to write (see data_specs/validation-report.md).")
+@click.option("--draws", "n_draws", default=30, show_default=True, type=int,
+              help="Posterior draws simulated per held-out experiment.")
+@click.option("--fit-draws", default=300, show_default=True, type=int)
+@click.option("--fit-tune", default=300, show_default=True, type=int)
+@click.option("--max-obs-per-run", default=400, show_default=True, type=int,
+              help="Windows kept per run (half decode, half TTFT).")
+@click.option("--max-duration-s", default=None, type=float,
+              help="Simulate only the first seconds of each run (quick checks).")
+@click.option("--seed", default=1, show_default=True, type=int)
+def command(dirs, holdout, hardware, out_path, n_draws, fit_draws, fit_tune, max_obs_per_run,
+            max_duration_s, seed):
+    """Fit without each held-out run (or model), replay it with posterior draws, compare."""
+    from bayesblis import atomic
+    from bayesblis.validate import expand_dirs, format_table, run_validation
+
+    report = run_validation(expand_dirs(dirs), holdout=holdout, hardware=hardware,
+                            n_draws=n_draws, fit_draws=fit_draws, fit_tune=fit_tune, seed=seed,
+                            max_obs_per_run=max_obs_per_run, echo=click.echo,
+                            max_duration_s=max_duration_s)
+    click.echo(format_table(report))
+    atomic.write_json(out_path, report)
+    click.echo(f"wrote {out_path}")

@@ -1,0 +1,255 @@
+"""Window observations from client-side request traces (arrival, TTFT, E2E, tokens).
+
+No step timings exist in such traces; the batch timeline is reconstructed from the
+request intervals themselves (see data_specs/observations.md, "client windows"):
+
+- **decode window** of request r: from its first token (``t_f = arrival + ttft``) to its
+  last (``t_e = arrival + e2e``) it emits ``out - 1`` tokens, one per engine step, so
+  ``e2e - ttft`` is the sum of ``out - 1`` step times (plus r's per-output-token alpha).
+  The steps' batches are the requests decoding at the same time: the number of decoding
+  requests ``n(t)`` and the sum of their contexts ``c(t)`` are piecewise constant /
+  piecewise linear in time (a request's context grows linearly from prompt + 1 at its first
+  token to prompt + out at its last), so their time averages over r's window are exact
+  integrals. Requests whose first token falls inside r's window had their prefill there:
+  their prompt tokens (less prefix-cache hits) are added to the window's prefill sums.
+  Approximation: steps are spread evenly in time inside a window, so a step average equals
+  a time average.
+- **TTFT window** of request r: ``ttft = alpha_const + alpha_prompt * prompt + 0.5 step``
+  (waiting for the step in flight) ``+ the step(s) that compute r's prefill`` (chunked by
+  the token budget) next to the requests decoding at r's arrival.
+
+Overlapping windows share steps, so they are not independent observations. Windows are
+thinned to at most one per ``min_gap_s`` of decode start (default: the median decode
+window), which keeps the posterior from being over-confident about shared steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from bayesblis.constants import US
+from bayesblis.features.alpha import ALPHA_FEATURES
+from bayesblis.features.beta import AGGREGATES, BETA_FEATURES, beta_feature_matrix
+
+RESIDUAL_STEP_FRACTION = 0.5
+"""Expected share of the in-flight step a new request waits for before it is scheduled."""
+
+
+def _active_integrals(starts, ends, slope, intercept, query_lo, query_hi):
+    """Integrals over [lo, hi] of sum_q 1[start_q < t <= end_q] and of
+    sum_q 1[...] (intercept_q + slope_q t), for many query intervals at once."""
+    times = np.concatenate([starts, ends])
+    d_count = np.concatenate([np.ones_like(starts), -np.ones_like(ends)])
+    d_a = np.concatenate([intercept, -intercept])
+    d_b = np.concatenate([slope, -slope])
+    order = np.argsort(times, kind="stable")
+    times, d_count, d_a, d_b = times[order], d_count[order], d_a[order], d_b[order]
+    count = np.cumsum(d_count)          # active count on [times[i], times[i+1])
+    a_sum = np.cumsum(d_a)
+    b_sum = np.cumsum(d_b)
+    widths = np.diff(times)
+    seg_count = count[:-1] * widths
+    seg_lin = a_sum[:-1] * widths + b_sum[:-1] * (times[1:] ** 2 - times[:-1] ** 2) / 2
+    cum_count = np.concatenate([[0.0], np.cumsum(seg_count)])
+    cum_lin = np.concatenate([[0.0], np.cumsum(seg_lin)])
+
+    def integral(t, cum, level_a, level_b):
+        i = np.clip(np.searchsorted(times, t, side="right") - 1, 0, len(times) - 1)
+        base = cum[i]
+        dt = t - times[i]
+        extra = level_a[i] * dt + level_b[i] * (t ** 2 - times[i] ** 2) / 2
+        return np.where(t < times[0], 0.0, base + extra)
+
+    zeros = np.zeros_like(count, dtype=float)
+    n_int = integral(query_hi, cum_count, count.astype(float), zeros) - \
+        integral(query_lo, cum_count, count.astype(float), zeros)
+    c_int = integral(query_hi, cum_lin, a_sum, b_sum) - integral(query_lo, cum_lin, a_sum, b_sum)
+    return n_int, c_int
+
+
+def _active_at(starts, ends, slope, intercept, t):
+    """Count and context sum of requests active at each time t (sorted-sweep, O(n log n))."""
+    eps = 1e-9
+    n_int, c_int = _active_integrals(starts, ends, slope, intercept, t - eps, t + eps)
+    return n_int / (2 * eps), c_int / (2 * eps)
+
+
+def cached_prefix_tokens(prompt_tokens, prefix_tokens, block_size: int):
+    """Prompt tokens served from the prefix cache: the prefix's full blocks, leaving at
+    least one token to compute (vLLM never skips a whole prompt)."""
+    full = (np.asarray(prefix_tokens) // block_size) * block_size
+    return np.minimum(full, np.asarray(prompt_tokens) - 1).clip(min=0)
+
+
+def prefill_aggregates(prompt_tokens, cached_tokens, chunk_tokens):
+    """Per-request prefill sums over its chunks: tokens, context before, attention pairs,
+    chunk count. Pairs do not depend on chunking: sum_{i=cached+1}^{prompt} i."""
+    prompt = np.asarray(prompt_tokens, float)
+    cached = np.asarray(cached_tokens, float)
+    chunk = np.maximum(np.asarray(chunk_tokens, float), 1.0)
+    tokens = prompt - cached
+    n_chunks = np.ceil(tokens / chunk)
+    full = np.floor(tokens / chunk)
+    # contexts before each chunk: cached + k*chunk for k = 0..n_chunks-1
+    ctx = n_chunks * cached + chunk * n_chunks * (n_chunks - 1) / 2
+    pairs = (prompt * (prompt + 1) - cached * (cached + 1)) / 2
+    del full
+    return {"prefill_tokens": tokens, "prefill_context_tokens": ctx,
+            "prefill_attention_pairs": pairs, "num_prefill_reqs": n_chunks}
+
+
+def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens: int,
+                   block_size: int = 16, prefix_tokens=0, config: str, source: str = "",
+                   min_gap_s: float | None = None, seed: int = 0) -> pd.DataFrame:
+    """Decode and TTFT window observations from one client-side request trace.
+
+    `requests` needs arrival_s, ttft_s, e2e_s, prompt_tokens, output_tokens (rows with
+    NaN timings, errors, are left out of the windows; they still occupied the server,
+    which this approximation cannot see). Miscounted outputs are corrected for the batch
+    timeline and give no decode window (io.inference_perf.correct_output_counts).
+    Returns the observation-table rows.
+    """
+    from bayesblis.io.inference_perf import correct_output_counts
+
+    ok = correct_output_counts(requests).dropna(subset=["ttft_s", "e2e_s"])
+    ok = ok[(ok["e2e_s"] > ok["ttft_s"]) & (ok["ttft_s"] > 0) & (ok["output_tokens"] >= 1)]
+    if ok.empty:
+        return pd.DataFrame()
+    arrival = ok["arrival_s"].to_numpy(float)
+    prompt = ok["prompt_tokens"].to_numpy(float)
+    out = ok["output_tokens"].to_numpy(float)
+    t_f = arrival + ok["ttft_s"].to_numpy(float)
+    t_e = arrival + ok["e2e_s"].to_numpy(float)
+    dur = t_e - t_f
+    prefix = np.broadcast_to(np.asarray(prefix_tokens, float), prompt.shape)
+    cached = cached_prefix_tokens(prompt, prefix, block_size)
+
+    # Decode context of q at time t in its window: prompt + 1 + (out - 1) (t - t_f) / dur.
+    slope = np.where(dur > 0, (out - 1) / np.maximum(dur, 1e-12), 0.0)
+    intercept = prompt + 1 - slope * t_f
+
+    n_int, c_int = _active_integrals(t_f, t_e, slope, intercept, t_f, t_e)
+    avg_decode = n_int / np.maximum(dur, 1e-12)
+    avg_context = c_int / np.maximum(dur, 1e-12)
+
+    chunk = np.maximum(max_num_batched_tokens - avg_decode, 16.0)
+    pre = prefill_aggregates(prompt, cached, chunk)
+    order = np.argsort(t_f, kind="stable")
+    sorted_tf = t_f[order]
+    cums = {k: np.concatenate([[0.0], np.cumsum(v[order])]) for k, v in pre.items()}
+    lo = np.searchsorted(sorted_tf, t_f, side="right")
+    hi = np.searchsorted(sorted_tf, t_e, side="right")
+    window_prefill = {k: cums[k][hi] - cums[k][lo] for k in pre}
+
+    rows = []
+    dec = (out >= 2) & ~ok["output_count_suspect"].to_numpy(bool)
+    n_steps = np.where(dec, out - 1, 0)
+    per_step = {
+        "num_decode_reqs": avg_decode,
+        "decode_context_tokens": avg_context,
+        **{k: v / np.maximum(n_steps, 1) for k, v in window_prefill.items()},
+        "offload_blocks": np.zeros_like(avg_decode),
+    }
+    decode_feats = beta_feature_matrix(deployment, {k: per_step[k][dec] for k in AGGREGATES})
+    decode_feats = decode_feats * n_steps[dec, None]
+    rows.append(_frame(decode_feats, alpha=np.column_stack([
+        np.zeros(dec.sum()), np.zeros(dec.sum()), out[dec] * US]),
+        y=dur[dec], n_steps=n_steps[dec], kind="client_decode_window",
+        config=config, source=source, request=ok.index.to_numpy()[dec], start=t_f[dec]))
+
+    # TTFT: residual of the in-flight step + the prefill step(s), alongside the decodes
+    # running at arrival.
+    n_at, c_at = _active_at(t_f, t_e, slope, intercept, arrival)
+    running = n_at > 0
+    chunk_at = np.maximum(max_num_batched_tokens - n_at, 16.0)
+    own = prefill_aggregates(prompt, cached, chunk_at)
+    k_steps = own["num_prefill_reqs"]
+    prefill_step = {
+        "num_decode_reqs": n_at, "decode_context_tokens": c_at,
+        **{k: v / k_steps for k, v in own.items()},
+        "offload_blocks": np.zeros_like(n_at),
+    }
+    prefill_step["num_prefill_reqs"] = np.ones_like(n_at)
+    residual_step = {k: np.zeros_like(n_at) for k in AGGREGATES}
+    residual_step["num_decode_reqs"] = n_at
+    residual_step["decode_context_tokens"] = c_at
+    f_prefill = beta_feature_matrix(deployment, prefill_step) * k_steps[:, None]
+    f_residual = beta_feature_matrix(deployment, residual_step) * \
+        (RESIDUAL_STEP_FRACTION * running)[:, None]
+    ttft_feats = f_prefill + f_residual
+    rows.append(_frame(ttft_feats, alpha=np.column_stack([
+        np.full(len(prompt), US), prompt * US, np.zeros(len(prompt))]),
+        y=ok["ttft_s"].to_numpy(float), n_steps=k_steps + RESIDUAL_STEP_FRACTION * running,
+        kind="client_ttft", config=config, source=source, request=ok.index.to_numpy(),
+        start=arrival))
+
+    table = pd.concat(rows, ignore_index=True)
+    queued = queueing_requests(ok)
+    table = table[~((table["kind"] == "client_ttft") & table["request_id"].isin(queued))]
+    return thin_windows(table, min_gap_s=min_gap_s, seed=seed)
+
+
+QUEUEING_TTFT_RATIO = 10.0
+"""A stage whose median TTFT exceeds this many median per-token decode times is queueing:
+its TTFTs are waits in the queue, which only the simulator can explain."""
+
+
+def queueing_requests(requests: pd.DataFrame) -> np.ndarray:
+    """Index of requests in stages that queue (overloaded), by the rule above."""
+    per_token = (requests["e2e_s"] - requests["ttft_s"]) / (requests["output_tokens"] - 1).clip(lower=1)
+    stage = requests["stage"] if "stage" in requests else pd.Series(0, index=requests.index)
+    ratio = requests["ttft_s"].groupby(stage).median() / per_token.groupby(stage).median()
+    overloaded = ratio[ratio > QUEUEING_TTFT_RATIO].index
+    return requests.index[stage.isin(overloaded)].to_numpy()
+
+
+def _frame(beta_feats, *, alpha, y, n_steps, kind, config, source, request, start):
+    frame = pd.DataFrame(beta_feats, columns=[f"f_{f}" for f in BETA_FEATURES])
+    for j, name in enumerate(ALPHA_FEATURES):
+        frame[f"a_{name}"] = alpha[:, j]
+    frame["y_s"] = y
+    frame["n_steps"] = n_steps
+    frame["kind"] = kind
+    frame["config"] = config
+    frame["source"] = source
+    frame["request_id"] = request
+    frame["window_start_s"] = start
+    return frame
+
+
+def thin_windows(table: pd.DataFrame, *, min_gap_s: float | None = None,
+                 seed: int = 0) -> pd.DataFrame:
+    """Keep, per kind, windows whose starts are at least `min_gap_s` apart (default: the
+    kind's median window length for decode windows, one TTFT per 0.5 s), so that kept
+    windows share few steps."""
+    kept = []
+    for kind, group in table.groupby("kind", sort=False):
+        group = group.sort_values("window_start_s")
+        gap = min_gap_s
+        if gap is None:
+            gap = float(np.median(group["y_s"])) if "decode" in kind else 0.5
+        starts = group["window_start_s"].to_numpy()
+        keep = np.zeros(len(group), bool)
+        next_ok = -np.inf
+        for i, t in enumerate(starts):
+            if t >= next_ok:
+                keep[i] = True
+                next_ok = t + gap
+        kept.append(group[keep])
+    return pd.concat(kept, ignore_index=True)
+
+
+def client_observations(source, deployment) -> pd.DataFrame:
+    """Observation rows of an ingested inference-perf source (bayesblis.io.dataset.Source)."""
+    from bayesblis.model.data import config_row
+
+    settings = source.settings
+    profile = (getattr(source, "extra", {}) or {}).get("profile", {}) or {}
+    shared = (profile.get("data", {}) or {}).get("shared_prefix", {}) or {}
+    prefix = shared.get("system_prompt_len", 0) if settings.get("enable_prefix_caching", True) else 0
+    return client_windows(source.tables["requests"], deployment,
+                          max_num_batched_tokens=int(settings.get("max_num_batched_tokens") or 2048),
+                          block_size=int(settings.get("block_size") or 16),
+                          prefix_tokens=prefix, config=config_row(deployment)["config"],
+                          source=source.name)

@@ -1,0 +1,50 @@
+"""One call from model data to a saved, diagnosed posterior (used by the CLI, demo, validate)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bayesblis.model.data import ModelData
+
+
+def load_prior_overrides(path) -> dict:
+    """Prior overrides from a YAML or JSON file."""
+    import yaml
+
+    from bayesblis.errors import InputError
+
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        overrides = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(path, f"not YAML/JSON: {exc}") from exc
+    if not isinstance(overrides, dict):
+        raise InputError(path, "prior overrides must be a mapping", expected="{beta: {...}, alpha: {...}, hyper: {...}}")
+    return overrides
+
+
+def describe_data(data: ModelData) -> str:
+    counts = data.obs.groupby(["config", "kind"]).size().unstack(fill_value=0)
+    return f"{len(data.configs)} configurations, {len(data.obs)} observations\n{counts.to_string()}"
+
+
+def fit_and_save(data: ModelData, out_path, *, method="nuts", priors=None, sampler_config=None,
+                 echo=print, progressbar=True):
+    """Build, fit, diagnose and save; return the fitted LatencyModel."""
+    from bayesblis.model.diagnostics import format_diagnostics
+    from bayesblis.model.hierarchy import LatencyModel
+    from bayesblis.model.store import save_posterior
+
+    echo(describe_data(data))
+    model = LatencyModel(priors=priors, sampler_config=sampler_config)
+    model.build_model(data)
+    model.sample_prior_predictive(samples=100)
+    echo(f"fitting with {method} ...")
+    model.fit(method=method, progressbar=progressbar)
+    echo(format_diagnostics(model.fit_info["diagnostics"]))
+    echo(f"fit took {model.fit_info['wall_s']:.1f} s")
+    if out_path is not None:
+        save_posterior(model, out_path)
+        echo(f"wrote {out_path}")
+    return model

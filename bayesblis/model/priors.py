@@ -1,0 +1,87 @@
+"""Default priors: readable, overridable, centred on published calibrations.
+
+Every coefficient is positive: ``coef = exp(theta)`` with ``theta`` normal. A prior is
+given on the natural scale as a *median* and a *log-scale sd* (``log_sd``): the 90% prior
+interval is ``median * exp(±1.645 * log_sd)``. Override any entry with a dict of the same
+shape, e.g. ``{"beta": {"weight_traffic_s": {"median": 1.1, "log_sd": 0.3}}}``.
+
+Where the centres come from (see data_specs/features.md):
+- compute: 1/MFU from the BLIS hardware table (H100 prefill MFU 0.45 -> ~2.2);
+- weight traffic ~1.0-1.4 (decode streams weights at about peak HBM bandwidth);
+- KV traffic ~1.3-1.5; TP all-reduce ~1.1 (published trained-physics: 0.75-1.95);
+- overheads in µs: per layer ~30, per request ~4, per step ~100 (trained-physics:
+  32.1, 4.42, 126.0);
+- alpha: arrival->queue a few ms, per output token tens of µs (trained-physics 45.9).
+"""
+
+from __future__ import annotations
+
+import copy
+
+EFFICIENCY = ("arch", "hardware", "family", "config")
+MACHINE = ("arch", "hardware", "family")
+SOFTWARE = ("hardware",)
+
+BETA_PRIORS = {
+    "prefill_compute_s": {"median": 2.0, "log_sd": 0.8, "levels": EFFICIENCY},
+    "decode_compute_s": {"median": 1.0, "log_sd": 1.2, "levels": MACHINE},
+    "weight_traffic_s": {"median": 1.15, "log_sd": 0.5, "levels": MACHINE},
+    "kv_traffic_s": {"median": 1.4, "log_sd": 0.8, "levels": EFFICIENCY},
+    "tp_comm_s": {"median": 1.1, "log_sd": 0.8, "levels": EFFICIENCY},
+    "ep_comm_s": {"median": 1.0, "log_sd": 1.0, "levels": MACHINE},
+    "offload_s": {"median": 1.0, "log_sd": 0.8, "levels": MACHINE},
+    "layer_overhead_s": {"median": 30.0, "log_sd": 1.0, "levels": SOFTWARE},
+    "request_overhead_s": {"median": 4.0, "log_sd": 1.2, "levels": SOFTWARE},
+    "step_overhead_s": {"median": 100.0, "log_sd": 1.2, "levels": SOFTWARE},
+}
+"""`levels`: the pooling levels whose effects the coefficient gets. Per-configuration
+effects only where the data of one configuration can identify them, i.e. on features
+that vary from step to step: within a dense configuration weight traffic, per-layer and
+per-step overheads are all constant per step, so they are pooled across configurations
+(which differ in weight bytes and layer counts) and get no per-configuration effect."""
+
+ALPHA_PRIORS = {
+    "alpha_const_s": {"median": 3000.0, "log_sd": 1.5, "levels": ("hardware", "config")},
+    "alpha_prompt_s": {"median": 0.5, "log_sd": 1.5, "levels": ("hardware",)},
+    "alpha_output_s": {"median": 40.0, "log_sd": 1.2, "levels": ("hardware", "config")},
+}
+
+HYPER_PRIORS = {
+    # HalfNormal scales of the level effects on the log scale, per coefficient.
+    "tau_arch": 0.3,
+    "tau_hardware": 0.3,
+    "tau_family": 0.3,
+    "tau_config": 0.2,
+    # Relative (multiplicative) noise of one step time, per configuration.
+    "sigma_step": 0.3,
+    # Relative error of a window that does not shrink with its length, per
+    # observation kind (reconstruction error of the batch timeline, clock offsets).
+    "sigma_kind": 0.1,
+    # Run-to-run (experiment) multiplicative spread of all durations, log scale.
+    "tau_run": 0.05,
+    # Student-t degrees of freedom: nu = 2 + Exponential(mean nu_excess_mean).
+    "nu_excess_mean": 15.0,
+}
+
+
+def default_priors() -> dict:
+    """A fresh, mutable copy of every default prior."""
+    return {"beta": copy.deepcopy(BETA_PRIORS), "alpha": copy.deepcopy(ALPHA_PRIORS),
+            "hyper": copy.deepcopy(HYPER_PRIORS)}
+
+
+def merge_priors(overrides: dict | None) -> dict:
+    """Default priors with `overrides` merged in (unknown keys are an error)."""
+    priors = default_priors()
+    for section, entries in (overrides or {}).items():
+        if section not in priors:
+            raise KeyError(f"unknown prior section '{section}' (known: {sorted(priors)})")
+        for name, value in entries.items():
+            if name not in priors[section]:
+                raise KeyError(f"unknown prior '{section}.{name}' "
+                               f"(known: {sorted(priors[section])})")
+            if isinstance(value, dict):
+                priors[section][name].update(value)
+            else:
+                priors[section][name] = value
+    return priors

@@ -1,0 +1,120 @@
+"""Save and load a fitted model as one NetCDF file.
+
+The file is an ArviZ InferenceData; its `posterior` group carries, as attributes, the
+model version, the model config (priors, features), the configuration table, fit
+diagnostics and the package versions that wrote it. `load_posterior` refuses a file of
+another model version.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import arviz as az
+import pandas as pd
+
+from bayesblis.atomic import atomic_path
+from bayesblis.constants import MODEL_VERSION
+from bayesblis.errors import BayesBlisError, InputError, ModelVersionError
+
+_ATTR_PREFIX = "bayesblis_"
+_PACKAGES = ("bayesblis", "pymc", "pytensor", "arviz", "nutpie", "numpy", "pandas", "xarray")
+
+
+def package_versions() -> dict:
+    versions = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+@dataclass
+class Posterior:
+    """A loaded fit: draws plus everything needed to interpret them."""
+
+    idata: object
+    configs: pd.DataFrame
+    beta_features: list
+    alpha_features: list
+    priors: dict
+    fit_info: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    path: str | None = None
+
+    def config_row(self, key: str):
+        match = self.configs[self.configs["config"] == key]
+        return None if match.empty else match.iloc[0]
+
+
+def save_posterior(model, path) -> Path:
+    """Write `model` (a fitted LatencyModel) to `path` atomically; return the path."""
+    if model.idata is None or "posterior" not in model.idata.groups():
+        raise BayesBlisError("nothing to save: the model has no posterior (call fit() first)")
+    path = Path(path)
+    attrs = {
+        "model_version": MODEL_VERSION,
+        "model_config": model.model_config_json(),
+        "configs": model.data.configs.to_json(orient="records"),
+        "fit_info": json.dumps(model.fit_info, default=str),
+        "versions": json.dumps(package_versions()),
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    idata = model.idata
+    for key, value in attrs.items():
+        idata.posterior.attrs[_ATTR_PREFIX + key] = value
+    with atomic_path(path) as tmp:
+        idata.to_netcdf(str(tmp), engine="h5netcdf")
+    return path
+
+
+def load_posterior(path) -> Posterior:
+    """Read a posterior written by `save_posterior`; refuse other model versions."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, "posterior file not found")
+    try:
+        idata = az.from_netcdf(str(path), engine="h5netcdf")
+    except Exception as exc:  # h5py/netCDF raise many types for a non-NetCDF file
+        raise InputError(path, f"not a NetCDF posterior file ({type(exc).__name__}: {exc})") from exc
+    if "posterior" not in idata.groups():
+        raise InputError(path, "no posterior group", field="posterior")
+    attrs = idata.posterior.attrs
+    version = attrs.get(_ATTR_PREFIX + "model_version")
+    if version is None:
+        raise InputError(path, "not written by bayesblis", field=_ATTR_PREFIX + "model_version")
+    if str(version) != MODEL_VERSION:
+        raise ModelVersionError(
+            f"{path}: written by model version {version}, this bayesblis reads version "
+            f"{MODEL_VERSION}; refit with this version")
+    config = json.loads(attrs[_ATTR_PREFIX + "model_config"])
+    configs = pd.DataFrame(json.loads(attrs[_ATTR_PREFIX + "configs"]))
+    return Posterior(idata=idata, configs=configs, beta_features=config["beta_features"],
+                     alpha_features=config["alpha_features"], priors=config["priors"],
+                     fit_info=json.loads(attrs.get(_ATTR_PREFIX + "fit_info", "{}")),
+                     versions=json.loads(attrs.get(_ATTR_PREFIX + "versions", "{}")),
+                     path=str(path))
+
+
+def describe_posterior(path) -> str:
+    """A short text description of a posterior file (for `bayesblis inspect`)."""
+    post = load_posterior(path)
+    diag = post.fit_info.get("diagnostics", {})
+    lines = [f"posterior {post.path}",
+             f"  model version {MODEL_VERSION}, written with bayesblis "
+             f"{post.versions.get('bayesblis')}, pymc {post.versions.get('pymc')}",
+             f"  fit: {post.fit_info.get('method')} on {post.fit_info.get('n_obs')} window "
+             f"observations, {post.fit_info.get('wall_s', float('nan')):.1f} s, diagnostics "
+             + {True: "PASS", False: "FAIL", None: "n/a"}[diag.get("passed")],
+             f"  {len(post.configs)} configurations:"]
+    for _, row in post.configs.iterrows():
+        lines.append(f"    {row['config']}  ({row['arch']}, family {row['model_family']})")
+    lines.append(f"  beta features: {', '.join(post.beta_features)}")
+    lines.append(f"  alpha features: {', '.join(post.alpha_features)}")
+    return "\n".join(lines)

@@ -1,0 +1,275 @@
+"""Out-of-sample validation against measured client-side runs (inference-perf folders).
+
+For every fold, the model is fitted without the held-out data, then the held-out
+experiment is simulated with posterior draws, replaying its recorded arrivals and token
+counts, and compared with what was measured, per load stage:
+
+- ``holdout="experiment"``: each experiment is predicted from a fit on all the other runs
+  (its configuration is still seen through the model's other workloads); one compiled
+  model serves every fold (held-out rows get likelihood weight 0), and the held-out run's
+  effect is drawn afresh (a new run);
+- ``holdout="model"``: each model is predicted from a fit on the other models' runs only,
+  so its coefficients come through the hierarchy (population-level draws).
+
+Metrics: E2E mean, TTFT mean, per-token ITL mean ((mean E2E - mean TTFT) / (mean output
+tokens - 1); never inference-perf's per-chunk ITL) and E2E p90. A stage is *overloaded*
+when its median TTFT exceeds QUEUEING_TTFT_RATIO median per-token decode times, or the
+experiment had client errors; overloaded stages are reported apart from the summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bayesblis.client_windows import QUEUEING_TTFT_RATIO
+from bayesblis.constants import CI_PROB
+from bayesblis.model.data import ModelData
+
+METRICS = {"e2e_mean_s": "e2e_mean_s", "ttft_mean_s": "ttft_mean_s", "itl_mean_s": "itl_mean_s",
+           "e2e_p90_s": "e2e_p90_s"}
+"""Measured column (io.inference_perf.stage_measurements) -> simulated RESULT.json metric."""
+
+
+@dataclass
+class Fold:
+    name: str
+    held_out_sources: list
+    unseen_model: str | None = None
+
+
+def load_runs(dirs, hardware: str):
+    """Ingest inference-perf folders; return (Dataset, ModelData over every run)."""
+    from bayesblis.design import build_model_data
+    from bayesblis.io.dataset import ingest
+
+    dataset = ingest([str(d) for d in dirs])
+    data = build_model_data(dataset, hardware=hardware)
+    return dataset, data
+
+
+def overloaded_stages(measured: pd.DataFrame, has_errors: bool) -> np.ndarray:
+    """Boolean per stage row: queueing (see module docstring) or client errors."""
+    per_token = measured["itl_mean_s"].to_numpy(float)
+    ttft = measured["ttft_p50_s"].to_numpy(float) if "ttft_p50_s" in measured else \
+        measured["ttft_mean_s"].to_numpy(float)
+    return (ttft > QUEUEING_TTFT_RATIO * per_token) | has_errors
+
+
+def _posterior_view(model):
+    """A `store.Posterior` over an in-memory fit (for coefficients.coefficient_draws)."""
+    from bayesblis.model.store import Posterior
+
+    return Posterior(idata=model.idata, configs=model.data.configs,
+                     beta_features=model.beta_features, alpha_features=model.alpha_features,
+                     priors=model.priors, fit_info=model.fit_info)
+
+
+def predict_experiment(source, posterior, *, hardware, n_draws, seed, allow_unseen,
+                       max_duration_s=None):
+    """Simulate one held-out experiment (replay) with posterior draws: RESULT.json dict."""
+    from bayesblis.coefficients import deployment_draws
+    from bayesblis.simulate.results import Draws, run_scenario
+    from bayesblis.simulate.scenario import Scenario
+
+    scenario = Scenario.from_inference_perf(source.meta["path"],
+                                            hardware, replay=True, seed=seed)
+    deployment = scenario.deployment()
+    cd = deployment_draws(posterior, deployment, n_draws=n_draws, allow_unseen=allow_unseen,
+                          seed=seed, new_run=True)
+    result = run_scenario(scenario, Draws.from_coefficient_draws(cd, "posterior"), seed=seed,
+                          max_duration_s=max_duration_s, deployment=deployment)
+    result["unseen_levels"] = cd.unseen_levels
+    return result
+
+
+def compare(source, result, *, fold: str, holdout: str) -> list[dict]:
+    """One record per stage: measured vs predicted (mean, interval), error, coverage."""
+    from bayesblis.io.inference_perf import correct_output_counts
+
+    measured = source.tables["stage_measurements"].reset_index(drop=True)
+    corrected = correct_output_counts(source.tables["requests"])
+    has_errors = bool(source.tables["requests"]["has_error"].any())
+    overloaded = overloaded_stages(measured, has_errors)
+    records = []
+    for i, row in measured.iterrows():
+        stage_pred = result["stages"][i] if i < len(result["stages"]) else None
+        rec = {"experiment": source.name, "fold": fold, "holdout": holdout, "stage": int(row["stage"]),
+               "rate_rps": float(row["rate_rps"]), "overloaded": bool(overloaded[i]),
+               "unseen_levels": result.get("unseen_levels", {})}
+        itl_scale = _itl_count_scale(corrected, int(row["stage"]))
+        for measured_col, metric in METRICS.items():
+            value = float(row[measured_col])
+            pred = stage_pred[metric] if stage_pred else None
+            if pred is not None and metric == "itl_mean_s":
+                pred = {k: (v * itl_scale if k in ("mean", "median", "lo", "hi") else v)
+                        for k, v in pred.items()}
+            rec[f"measured_{metric}"] = value
+            if pred is None or not np.isfinite(value):
+                continue
+            rec[f"pred_{metric}"] = pred["mean"]
+            rec[f"pred_{metric}_lo"] = pred["lo"]
+            rec[f"pred_{metric}_hi"] = pred["hi"]
+            rec[f"abs_pct_error_{metric}"] = abs(pred["mean"] - value) / value * 100
+            rec[f"covered_{metric}"] = bool(pred["lo"] <= value <= pred["hi"])
+        records.append(rec)
+    return records
+
+
+def _itl_count_scale(corrected: pd.DataFrame, stage: int) -> float:
+    """(mean simulated output - 1) / (mean recorded output - 1) of a stage's valid requests.
+
+    The simulator replays corrected output counts; the measured ITL divides by the
+    recorded ones. Scaling the simulated per-token ITL by this ratio applies the
+    measurement's own definition to the prediction (exact per draw: same workload)."""
+    rows = corrected[(corrected["stage"] == stage) & ~corrected["has_error"]]
+    if rows.empty:
+        return 1.0
+    return float((rows["output_tokens"].mean() - 1) / (rows["output_tokens_recorded"].mean() - 1))
+
+
+def summarize(records: list[dict], holdout: str, ci_prob: float = CI_PROB) -> dict:
+    """Medians over normal-load stages, coverage, and the overloaded ones apart."""
+    table = pd.DataFrame(records)
+    normal = table[~table["overloaded"]]
+    summary = {"holdout": holdout, "ci_prob": ci_prob, "n_normal_stages": int(len(normal)),
+               "n_overloaded_stages": int(table["overloaded"].sum())}
+    for metric in METRICS.values():
+        short = metric.replace("_s", "")
+        col = f"abs_pct_error_{metric}"
+        if col in normal:
+            summary[f"median_abs_pct_error_{short}"] = float(normal[col].median())
+            summary[f"mean_abs_pct_error_{short}"] = float(normal[col].mean())
+        over = table[table["overloaded"]]
+        if col in over and len(over):
+            summary[f"overloaded_median_abs_pct_error_{short}"] = float(over[col].median())
+    covered = [c for c in normal.columns if c.startswith("covered_")]
+    if covered:
+        flags = normal[covered].to_numpy(dtype=float).ravel()
+        flags = flags[~np.isnan(flags)]
+        summary["coverage_90"] = float(flags.mean()) if len(flags) else None
+        summary["coverage_by_metric"] = {c[len("covered_"):]: float(normal[c].mean()) for c in covered}
+    return summary
+
+
+def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, fit_draws=300,
+                   fit_tune=300, chains=2, seed=1, max_obs_per_run=400, echo=print,
+                   method="nuts", max_duration_s=None) -> dict:
+    """Fit, predict and compare every fold; return the REPORT document."""
+    from bayesblis.model.hierarchy import LatencyModel
+
+    dataset, data = load_runs(dirs, hardware)
+    data = _thin_per_run(data, max_obs_per_run, seed)
+    sources = {s.name: s for s in dataset.sources}
+    records, folds_info = [], []
+    sampler = {"draws": fit_draws, "tune": fit_tune, "chains": chains, "seed": seed}
+    if holdout == "experiment":
+        model = LatencyModel(sampler_config=sampler)
+        model.build_model(data, weighted=True)
+        for name, source in sources.items():
+            weight = (model.data.obs["run"].astype(str) != name).to_numpy(float)
+            echo(f"[{len(folds_info) + 1}/{len(sources)}] fit without {name} "
+                 f"({int(weight.sum())} windows) ...")
+            model.refit_weighted(weight, method=method)
+            diag = model.fit_info["diagnostics"]
+            result = predict_experiment(source, _posterior_view(model), hardware=hardware,
+                                        n_draws=n_draws, seed=seed, allow_unseen=False,
+                                        max_duration_s=max_duration_s)
+            records += compare(source, result, fold=name, holdout=holdout)
+            folds_info.append(_fold_info(name, model, diag))
+            echo(_format_records(records[-len(result["stages"]):]))
+    elif holdout == "model":
+        models = sorted(data.configs["model"].unique())
+        for i, held in enumerate(models):
+            keep_cfg = data.configs[data.configs["model"] != held]
+            train = ModelData(keep_cfg, data.obs[data.obs["config"].isin(keep_cfg["config"])])
+            echo(f"[{i + 1}/{len(models)}] fit without model {held} ({len(train.obs)} windows) ...")
+            model = LatencyModel(sampler_config=sampler)
+            model.build_model(train)
+            model.fit(method=method, progressbar=False)
+            view = _posterior_view(model)
+            for name, source in sources.items():
+                if source_model(source, data) != held:
+                    continue
+                result = predict_experiment(source, view, hardware=hardware, n_draws=n_draws,
+                                            seed=seed, allow_unseen=True,
+                                            max_duration_s=max_duration_s)
+                records += compare(source, result, fold=held, holdout=holdout)
+                echo(_format_records(records[-len(result["stages"]):]))
+            folds_info.append(_fold_info(held, model, model.fit_info["diagnostics"]))
+    else:
+        raise ValueError(f"holdout must be 'experiment' or 'model', not {holdout!r}")
+    return {"holdout": holdout, "hardware": hardware, "n_draws": n_draws,
+            "records": records, "folds": folds_info, "summary": summarize(records, holdout)}
+
+
+def source_model(source, data: ModelData) -> str:
+    """The catalog model name of a source (via its observation rows' configuration)."""
+    rows = data.obs.loc[data.obs["run"].astype(str) == source.name, "config"]
+    cfg = rows.iloc[0]
+    return str(data.configs.loc[data.configs["config"] == cfg, "model"].iloc[0])
+
+
+def _thin_per_run(data: ModelData, max_obs_per_run: int | None, seed: int) -> ModelData:
+    if not max_obs_per_run:
+        return data
+    obs = data.obs.groupby(["run", "kind"], group_keys=False).apply(
+        lambda g: g.sample(min(len(g), max_obs_per_run // 2), random_state=seed))
+    return ModelData(data.configs, obs.reset_index(drop=True))
+
+
+def _fold_info(name, model, diag) -> dict:
+    return {"fold": name, "fit_wall_s": model.fit_info["wall_s"],
+            "diagnostics_passed": diag.get("passed"), "r_hat_max": diag.get("r_hat_max"),
+            "ess_bulk_min": diag.get("ess_bulk_min"), "divergences": diag.get("divergences")}
+
+
+def _format_records(records) -> str:
+    lines = []
+    for r in records:
+        parts = [f"  {r['experiment'][16:]:<34} stage {r['stage']} ({r['rate_rps']:g} rps)"
+                 + (" OVERLOADED" if r["overloaded"] else "")]
+        for metric in METRICS.values():
+            if f"pred_{metric}" not in r:
+                continue
+            parts.append(f"{metric[:-2]}: {r[f'measured_{metric}'] * 1e3:.1f} ms vs "
+                         f"{r[f'pred_{metric}'] * 1e3:.1f} [{r[f'pred_{metric}_lo'] * 1e3:.1f}, "
+                         f"{r[f'pred_{metric}_hi'] * 1e3:.1f}] ({r[f'abs_pct_error_{metric}']:.1f}%"
+                         + ("" if r[f"covered_{metric}"] else ", not covered") + ")")
+        lines.append("\n    ".join(parts))
+    return "\n".join(lines)
+
+
+def format_table(report: dict) -> str:
+    """The full per-experiment, per-stage table plus the summary."""
+    s = report["summary"]
+    lines = [_format_records(report["records"]), "",
+             f"summary ({report['holdout']} holdout, {s['n_normal_stages']} normal-load stages, "
+             f"{s['n_overloaded_stages']} overloaded apart):"]
+    for metric in METRICS.values():
+        short = metric.replace("_s", "")
+        if f"median_abs_pct_error_{short}" in s:
+            lines.append(f"  median |error| {short:<10} {s[f'median_abs_pct_error_{short}']:6.1f}%"
+                         f"   (mean {s[f'mean_abs_pct_error_{short}']:.1f}%)"
+                         + (f"   overloaded median {s[f'overloaded_median_abs_pct_error_{short}']:.1f}%"
+                            if f"overloaded_median_abs_pct_error_{short}" in s else ""))
+    if s.get("coverage_90") is not None:
+        lines.append(f"  {int(s['ci_prob'] * 100)}% interval coverage {s['coverage_90'] * 100:.0f}% "
+                     + ", ".join(f"{k} {v * 100:.0f}%" for k, v in s["coverage_by_metric"].items()))
+    return "\n".join(lines)
+
+
+def expand_dirs(dirs) -> list[Path]:
+    """Experiment folders: each given folder, or its children when it holds experiments."""
+    from bayesblis.io.inference_perf import is_inference_perf_folder
+
+    out = []
+    for d in map(Path, dirs):
+        if is_inference_perf_folder(d):
+            out.append(d)
+        else:
+            out += sorted(c for c in d.iterdir() if c.is_dir() and is_inference_perf_folder(c))
+    return out

@@ -1,0 +1,84 @@
+"""The client-side window likelihood, checked where the truth is known (simulated runs)
+and on a slice of the real measured runs."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bayesblis.client_windows import (_active_integrals, client_windows, prefill_aggregates,
+                                      queueing_requests)
+from bayesblis.features.alpha import ALPHA_FEATURES
+from bayesblis.features.beta import BETA_FEATURES
+from bayesblis.features.physics import Deployment
+from bayesblis.model.priors import ALPHA_PRIORS, BETA_PRIORS
+from bayesblis.simulate.engine import EngineConfig, deployment_constants, run_engine
+from bayesblis.simulate.workload import generate
+
+REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real" / "h100-inference-perf"
+BETA = np.array([BETA_PRIORS[f]["median"] for f in BETA_FEATURES])
+ALPHA = np.array([ALPHA_PRIORS[f]["median"] for f in ALPHA_FEATURES])
+
+
+def test_active_integrals_match_brute_force():
+    rng = np.random.default_rng(0)
+    s = np.sort(rng.uniform(0, 10, 40))
+    e = s + rng.uniform(0.5, 2, 40)
+    slope, icpt = rng.uniform(0, 3, 40), rng.uniform(0, 5, 40)
+    n_int, c_int = _active_integrals(s, e, slope, icpt, s, e)
+    t = np.linspace(0, 13, 260001)
+    dt = t[1] - t[0]
+    active = (t[None, :] > s[:, None]) & (t[None, :] <= e[:, None])
+    lin = active * (icpt[:, None] + slope[:, None] * t[None, :])
+    for i in range(0, 40, 7):
+        inside = (t > s[i]) & (t <= e[i])
+        assert n_int[i] == pytest.approx(active[:, inside].sum() * dt, rel=2e-3)
+        assert c_int[i] == pytest.approx(lin[:, inside].sum() * dt, rel=2e-3)
+
+
+def test_attention_pairs_do_not_depend_on_chunking():
+    one = prefill_aggregates([1000], [96], [4096])
+    many = prefill_aggregates([1000], [96], [128])
+    assert one["prefill_attention_pairs"][0] == many["prefill_attention_pairs"][0]
+    assert many["num_prefill_reqs"][0] == np.ceil(904 / 128)
+    assert one["prefill_context_tokens"][0] == 96
+
+
+def test_windows_recover_simulated_truth():
+    """Simulate a run with known coefficients and no noise, keep only what a client sees
+    (arrival, TTFT, E2E, tokens), and check that the windows explain it with the truth."""
+    dep = Deployment("llama-2-7b", "H100", tp=1)
+    w = generate([{"rate": 6.0, "duration": 120.0}], {"dist": "normal", "mean": 600, "std": 60},
+                 {"dist": "normal", "mean": 200, "std": 30}, seed=4)
+    cfg = EngineConfig(max_num_batched_tokens=2048, max_num_seqs=128, max_model_len=4096,
+                       kv_blocks_total=7000, enable_prefix_caching=False)
+    run = run_engine(w, cfg, deployment_constants(dep), BETA, ALPHA)
+    req = pd.DataFrame({"arrival_s": w.arrival_s, "ttft_s": run.ttft_s, "e2e_s": run.e2e_s,
+                        "prompt_tokens": w.prompt_tokens, "output_tokens": w.output_tokens,
+                        "has_error": False, "stage": 0})
+    obs = client_windows(req, dep, max_num_batched_tokens=2048, config="c", min_gap_s=0.0)
+    pred = obs.filter(like="f_").to_numpy() @ BETA + obs.filter(like="a_").to_numpy() @ ALPHA
+    ratio = pred / obs["y_s"].to_numpy()
+    for kind, tol in (("client_decode_window", 0.03), ("client_ttft", 0.15)):
+        assert abs(np.median(ratio[obs["kind"] == kind]) - 1) < tol, kind
+
+
+def test_queueing_stages_are_recognised():
+    req = pd.DataFrame({"ttft_s": [0.05] * 4 + [5.0] * 4, "e2e_s": [2.0] * 4 + [8.0] * 4,
+                        "output_tokens": [200] * 8, "stage": [0] * 4 + [1] * 4})
+    assert list(queueing_requests(req)) == [4, 5, 6, 7]
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="shared real data not present")
+def test_real_slice_windows_and_miscounted_outputs():
+    from bayesblis.client_windows import client_observations
+    from bayesblis.io.dataset import ingest
+
+    source = ingest([REAL / "20260217-155451-llama-2-7b-tp1-codegen"]).sources[0]
+    source.tables["requests"] = source.tables["requests"].iloc[:600]
+    obs = client_observations(source, Deployment("llama-2-7b", "H100", tp=1))
+    assert set(obs["kind"]) == {"client_decode_window", "client_ttft"}
+    # prior-median coefficients explain the real windows within ~30% (physics features)
+    pred = obs.filter(like="f_").to_numpy() @ BETA + obs.filter(like="a_").to_numpy() @ ALPHA
+    assert 0.7 < np.median(pred / obs["y_s"]) < 1.3

@@ -1,0 +1,40 @@
+"""`bayesblis validate` on a small slice of the real data (2 experiments, 60 s each)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bayesblis.io.inference_perf import correct_output_counts, read_inference_perf
+
+REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real" / "h100-inference-perf"
+pytestmark = pytest.mark.skipif(not REAL.exists(), reason="shared real data not present")
+
+
+def test_miscounted_outputs_are_corrected_without_touching_the_input():
+    exp = read_inference_perf(REAL / "20260217-155451-llama-2-7b-tp1-codegen")
+    fixed = correct_output_counts(exp.requests)
+    assert fixed["output_count_suspect"].sum() > 1000  # 1,377 of 9,000 in this run
+    sus = fixed[fixed["output_count_suspect"]]
+    assert (sus["output_tokens"] > 2.5 * sus["output_tokens_recorded"].clip(lower=1)).mean() > 0.95
+    assert (exp.requests["output_tokens"] == fixed["output_tokens_recorded"]).all()
+
+
+def test_validate_small_slice(tmp_path):
+    from bayesblis.validate import format_table, run_validation
+
+    dirs = [REAL / "20260217-155451-llama-2-7b-tp1-codegen",
+            REAL / "20260217-231439-llama-2-7b-tp1-general"]
+    report = run_validation(dirs, holdout="experiment", hardware="H100", n_draws=4,
+                            fit_draws=20, fit_tune=20, chains=1, max_obs_per_run=80,
+                            method="pymc", max_duration_s=60, echo=lambda *_: None)
+    assert report["summary"]["holdout"] == "experiment"
+    stage0 = [r for r in report["records"] if r["stage"] == 0]
+    assert len(stage0) == 2
+    for rec in stage0:
+        for metric in ("e2e_mean_s", "ttft_mean_s", "itl_mean_s", "e2e_p90_s"):
+            assert rec[f"pred_{metric}_lo"] <= rec[f"pred_{metric}"] <= rec[f"pred_{metric}_hi"]
+            # a fit on one other run of the same model lands within 50%
+            assert rec[f"abs_pct_error_{metric}"] < 50
+    assert "median |error| e2e_mean" in format_table(report)
+    json.dumps(report)
