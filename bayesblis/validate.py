@@ -157,7 +157,7 @@ def summarize(records: list[dict], holdout: str, ci_prob: float = CI_PROB) -> di
 
 def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, fit_draws=300,
                    fit_tune=300, chains=2, seed=1, max_obs_per_run=400, echo=print,
-                   method="nuts", max_duration_s=None) -> dict:
+                   method="nuts", max_duration_s=None, max_treedepth=10) -> dict:
     """Fit, predict and compare every fold; return the REPORT document."""
     from bayesblis.model.hierarchy import LatencyModel
 
@@ -165,7 +165,8 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
     data = _thin_per_run(data, max_obs_per_run, seed)
     sources = {s.name: s for s in dataset.sources}
     records, folds_info = [], []
-    sampler = {"draws": fit_draws, "tune": fit_tune, "chains": chains, "seed": seed}
+    sampler = {"draws": fit_draws, "tune": fit_tune, "chains": chains, "seed": seed,
+               "max_treedepth": max_treedepth}
     if holdout == "experiment":
         model = LatencyModel(sampler_config=sampler)
         model.build_model(data, weighted=True)
@@ -202,7 +203,8 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
             folds_info.append(_fold_info(held, model, model.fit_info["diagnostics"]))
     else:
         raise ValueError(f"holdout must be 'experiment' or 'model', not {holdout!r}")
-    return {"holdout": holdout, "hardware": hardware, "n_draws": n_draws,
+    return {"holdout": holdout, "hardware": hardware, "n_draws": n_draws, "sampler": sampler,
+            "max_obs_per_run": max_obs_per_run,
             "records": records, "folds": folds_info, "summary": summarize(records, holdout)}
 
 

@@ -21,9 +21,11 @@ import click
               help="Windows kept per run (half decode, half TTFT).")
 @click.option("--max-duration-s", default=None, type=float,
               help="Simulate only the first seconds of each run (quick checks).")
+@click.option("--max-treedepth", default=10, show_default=True, type=int,
+              help="NUTS tree-depth cap per fold (lower = faster, less efficient sampling).")
 @click.option("--seed", default=1, show_default=True, type=int)
 def command(dirs, holdout, hardware, out_path, n_draws, fit_draws, fit_tune, max_obs_per_run,
-            max_duration_s, seed):
+            max_duration_s, max_treedepth, seed):
     """Fit without each held-out run (or model), replay it with posterior draws, compare."""
     from bayesblis import atomic
     from bayesblis.validate import expand_dirs, format_table, run_validation
@@ -31,7 +33,7 @@ def command(dirs, holdout, hardware, out_path, n_draws, fit_draws, fit_tune, max
     report = run_validation(expand_dirs(dirs), holdout=holdout, hardware=hardware,
                             n_draws=n_draws, fit_draws=fit_draws, fit_tune=fit_tune, seed=seed,
                             max_obs_per_run=max_obs_per_run, echo=click.echo,
-                            max_duration_s=max_duration_s)
+                            max_duration_s=max_duration_s, max_treedepth=max_treedepth)
     click.echo(format_table(report))
     atomic.write_json(out_path, report)
     click.echo(f"wrote {out_path}")

@@ -54,7 +54,7 @@ Every other kind (client-side reconstructions, request-level delays) gets its ow
 non-shrinking relative error ``sigma_kind``."""
 
 DEFAULT_SAMPLER = {"draws": 500, "tune": 500, "chains": 2, "target_accept": 0.9,
-                   "low_rank_mass_matrix": True,
+                   "low_rank_mass_matrix": False, "max_treedepth": 10,
                    "seed": 1, "advi_iterations": 30000, "advi_learning_rate": 0.01}
 
 
@@ -117,6 +117,7 @@ class LatencyModel:
             lookup = {v: i for i, v in enumerate(labels)}
             level_index[short] = configs[column].astype(str).map(lookup).to_numpy(np.int64)
         level_index["config"] = np.arange(len(configs))
+        self.redundant_levels = redundant_levels(level_index)
 
         hyper = self.priors["hyper"]
         cfg_idx = data.index_of(obs)
@@ -126,10 +127,10 @@ class LatencyModel:
         with pm.Model(coords=coords) as model:
             beta = self._log_linear_coefficients("beta", DIM_FEATURE, self.priors["beta"],
                                                  self.beta_features, level_index, hyper,
-                                                 informed["beta"])
+                                                 informed["beta"], self.redundant_levels)
             alpha = self._log_linear_coefficients("alpha", DIM_ALPHA_FEATURE, self.priors["alpha"],
                                                   self.alpha_features, level_index, hyper,
-                                                  informed["alpha"])
+                                                  informed["alpha"], self.redundant_levels)
 
             sigma_step = pm.HalfNormal("sigma_step", hyper["sigma_step"], dims=DIM_CONFIG)
             approx = np.array([k not in EXACT_KINDS for k in kinds], float)
@@ -169,7 +170,8 @@ class LatencyModel:
         return model
 
     @staticmethod
-    def _log_linear_coefficients(name, dim, priors, features, level_index, hyper, informed):
+    def _log_linear_coefficients(name, dim, priors, features, level_index, hyper, informed,
+                                 redundant=()):
         """exp(mu + sum of level effects), shape [config, feature].
 
         Each coefficient gets the effects of the levels in its prior's `levels`; a level's
@@ -194,8 +196,8 @@ class LatencyModel:
             if short == "config":
                 theta = _config_level(name, theta, subset, tau, informed[:, subset])
                 continue
-            if len(pm.modelcontext(None).coords[level_dim]) < 2:
-                continue  # one level: its effect is mu's; tau stays for unseen levels
+            if len(pm.modelcontext(None).coords[level_dim]) < 2 or short in redundant:
+                continue  # one group, or the same grouping as a finer level: no own effect
             z = pm.ZeroSumNormal(f"{name}_z_{short}", sigma=1.0, dims=(level_dim, sub_dim),
                                  n_zerosum_axes=1)
             effect = (tau[None, :] * z)[level_index[short]]
@@ -278,7 +280,8 @@ class LatencyModel:
                                  chains=cfg["chains"], cores=min(cfg["chains"], 2),
                                  target_accept=cfg["target_accept"], seed=cfg["seed"],
                                  progress_bar=progressbar, save_warmup=False,
-                                 low_rank_modified_mass_matrix=cfg["low_rank_mass_matrix"])
+                                 low_rank_modified_mass_matrix=cfg["low_rank_mass_matrix"],
+                                 maxdepth=cfg["max_treedepth"])
 
     def _fit_advi(self, cfg, progressbar):
         with self.model:
@@ -375,3 +378,26 @@ def _config_level(name, theta, subset, tau, informed):
         z = pm.Normal(f"{name}_z_config", 0.0, 1.0, shape=len(off))
         values = pt.set_subtensor(values[off], flat_base[off] + tau_flat[off] * z)
     return pt.set_subtensor(theta[:, subset], values.reshape((n_config, len(subset))))
+
+
+def redundant_levels(level_index: dict) -> tuple:
+    """Levels whose grouping of the configurations equals a finer level's (e.g. `arch` when
+    every family is its own arch): their effects would be confounded with it, a ridge the
+    sampler must crawl along for nothing. They keep their tau (for unseen levels) but no
+    effect of their own in this fit."""
+    order = ["arch", "family", "hardware"]
+    out = []
+    for i, short in enumerate(order):
+        groups = level_index[short]
+        for other in ["family", "hardware"]:
+            if other == short or other in out:
+                continue
+            if _same_partition(groups, level_index[other]) and order.index(other) > i:
+                out.append(short)
+                break
+    return tuple(out)
+
+
+def _same_partition(a: np.ndarray, b: np.ndarray) -> bool:
+    pairs = set(zip(a.tolist(), b.tolist()))
+    return len(pairs) == len(set(a.tolist())) == len(set(b.tolist()))
