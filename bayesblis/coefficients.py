@@ -105,8 +105,9 @@ def coefficient_draws(posterior, *, model: str, model_family: str, arch: str, ha
                 "configuration " + key + " has levels the posterior never saw: "
                 + ", ".join(f"{k}={v}" for k, v in unseen.items())
                 + "; pass allow_unseen (CLI: --allow-unseen) for a population-level answer")
-        beta = _population_draws(post, "beta", DIM_FEATURE, values, rng)
-        alpha = _population_draws(post, "alpha", DIM_ALPHA_FEATURE, values, rng)
+        seen = {short: set(posterior.configs[column].astype(str)) for short, column in LEVEL_COLUMNS.items()}
+        beta = _population_draws(post, "beta", DIM_FEATURE, values, seen, rng)
+        alpha = _population_draws(post, "alpha", DIM_ALPHA_FEATURE, values, seen, rng)
         sigma = sigma_all[np.arange(n_total), rng.integers(0, sigma_all.shape[1], n_total)]
     if new_run and "tau_run" in post:
         factor = np.exp(_stacked(post, "tau_run").values * rng.standard_normal(n_total))
@@ -120,11 +121,12 @@ def coefficient_draws(posterior, *, model: str, model_family: str, arch: str, ha
     return draws
 
 
-def _population_draws(post, name, dim, values, rng):
+def _population_draws(post, name, dim, values, seen, rng):
     """exp(mu + level effects + a fresh config effect) for an unfitted configuration.
 
-    Seen levels contribute their posterior effects; unseen ones (and the new
-    configuration itself) a fresh Normal(0, tau) draw per posterior sample.
+    Seen levels contribute their posterior effects (0 when the fit gave that level no
+    effect: a single group, or a grouping identical to a finer level's); unseen ones (and
+    the new configuration itself) a fresh Normal(0, tau) draw per posterior sample.
     """
     theta = _stacked(post, f"{name}_mu").values.copy()  # [S, K]
     features = [str(f) for f in post[dim].values]
@@ -134,9 +136,11 @@ def _population_draws(post, name, dim, values, rng):
         tau_da = _stacked(post, f"{name}_tau_{short}")
         cols = [features.index(str(f)) for f in tau_da[f"{name}_{short}_feature"].values]
         tau = tau_da.values
-        labels = [] if short == "config" else [str(v) for v in post[level_dim].values]
-        if str(values.get(short)) in labels and f"{name}_z_{short}" in post:
+        if short != "config" and str(values[short]) in seen[short]:
+            if f"{name}_z_{short}" not in post:
+                continue
             z = _stacked(post, f"{name}_z_{short}")
+            labels = [str(v) for v in z[level_dim].values]
             effect = tau * z.isel({level_dim: labels.index(str(values[short]))}).values
         else:
             effect = tau * rng.standard_normal(tau.shape)
