@@ -79,7 +79,7 @@ def format_diagnostics(diag: dict) -> str:
              f"  ESS bulk min   {diag['ess_bulk_min']:.0f}   (>= {THRESHOLDS['ess_per_chain_min']} per chain)",
              f"  ESS tail min   {diag['ess_tail_min']:.0f}",
              f"  divergences    {diag['divergences']}",
-             f"  E-BFMI min     " + ("n/a" if diag["e_bfmi_min"] is None else f"{diag['e_bfmi_min']:.2f}")
+             "  E-BFMI min     " + ("n/a" if diag["e_bfmi_min"] is None else f"{diag['e_bfmi_min']:.2f}")
              + f"   (>= {THRESHOLDS['e_bfmi_min']})"]
     for problem in diag.get("problems", []):
         lines.append(f"  ! {problem}")

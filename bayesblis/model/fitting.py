@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from bayesblis.model.data import ModelData
 
 
 def load_prior_overrides(path) -> dict:
     """Prior overrides from a YAML or JSON file."""
-    import yaml
+    from bayesblis.io.mapping_file import read_mapping
 
-    from bayesblis.errors import InputError
-
-    text = Path(path).read_text(encoding="utf-8")
-    try:
-        overrides = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(path, f"not YAML/JSON: {exc}") from exc
-    if not isinstance(overrides, dict):
-        raise InputError(path, "prior overrides must be a mapping", expected="{beta: {...}, alpha: {...}, hyper: {...}}")
-    return overrides
+    return read_mapping(path, expected="{beta: {...}, alpha: {...}, hyper: {...}}")
 
 
 def describe_data(data: ModelData) -> str:

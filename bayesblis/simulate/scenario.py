@@ -186,29 +186,16 @@ class Scenario:
         prefix groups are empty in the published runs, so replayed requests are assigned
         to the profile's system-prompt groups at random (seeded).
         """
-        import yaml
-
         folder = Path(folder)
         cfg_path, prof_path = folder / "exp-config.yaml", folder / "profile.yaml"
         for p in (cfg_path, prof_path):
             if not p.is_file():
                 raise InputError(p, "file missing", expected="an inference-perf experiment folder")
-        try:
-            exp = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise InputError(cfg_path, f"not valid YAML: {exc}") from None
-        if not isinstance(exp, dict):
-            raise InputError(cfg_path, "not a mapping", expected="exp-config keys")
-        text = prof_path.read_text(encoding="utf-8")
-        try:
-            prof = json.loads(text)
-        except json.JSONDecodeError:
-            try:
-                prof = yaml.safe_load(text)
-            except yaml.YAMLError as exc:
-                raise InputError(prof_path, f"neither JSON nor YAML: {exc}") from None
-        if not isinstance(prof, dict):
-            raise InputError(prof_path, "not a mapping", expected="an inference-perf profile")
+        from bayesblis.io.inference_perf import read_profile
+        from bayesblis.io.mapping_file import read_mapping
+
+        exp = read_mapping(cfg_path, expected="exp-config keys")
+        prof = read_profile(prof_path)
         model = exp.get("model") or (prof.get("server") or {}).get("model_name")
         if not model:
             raise InputError(cfg_path, "no model", field="model", expected="a model name")
