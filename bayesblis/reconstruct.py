@@ -658,17 +658,23 @@ def journey_decode_windows(batches: StepBatches, trace, deployment, *, config=No
     inside = ok & (Di <= batches.n_steps)
     dropped["outside_grid"] = int((ok & ~inside).sum())
     ok = inside
-    bad_cum, idle_cum = _bad_prefix(batches)
     lo, hi = Fi + 1, Di
-    lo_c, hi_c = np.where(ok, lo, 1), np.where(ok, hi, 1)
-    bad = ok & ((_count(bad_cum, lo_c, hi_c) > 0) | (_count(idle_cum, lo_c, np.maximum(hi_c - 1, lo_c - 1)) > 0))
-    dropped["empty_uncertain_or_idle"] = int(bad.sum())
-    ok &= ~bad
+    ok = _drop_bad_windows(batches, ok, lo, hi, dropped)
     if cum is None:
         cum = batches.cumulative_features(deployment)
     df = _window_rows("decode_window", y[ok], lo[ok], hi[ok], cum, request_id=rids[ok],
                       config=config, source=source)
     return _keep_positive(df, dropped, "non_positive_y"), dropped
+
+
+def _drop_bad_windows(batches: StepBatches, ok, lo, hi, dropped: dict):
+    """`ok` without windows [lo, hi] that hold an empty or uncertain step, or an idle gap."""
+    bad_cum, idle_cum = _bad_prefix(batches)
+    lo_c, hi_c = np.where(ok, lo, 1), np.where(ok, hi, 1)
+    bad = ok & ((_count(bad_cum, lo_c, hi_c) > 0)
+                | (_count(idle_cum, lo_c, np.maximum(hi_c - 1, lo_c - 1)) > 0))
+    dropped["empty_uncertain_or_idle"] = int(bad.sum())
+    return ok & ~bad
 
 
 def journey_ttft_windows(batches: StepBatches, trace, deployment, *, config=None, source=None,
@@ -691,12 +697,8 @@ def journey_ttft_windows(batches: StepBatches, trace, deployment, *, config=None
     order = ok & (Fi > Qi)
     dropped["first_token_not_after_queue"] = int((ok & ~order).sum())
     ok = order & (Fi <= batches.n_steps)
-    bad_cum, idle_cum = _bad_prefix(batches)
     lo, hi = Qi + 1, Fi
-    lo_c, hi_c = np.where(ok, lo, 1), np.where(ok, hi, 1)
-    bad = ok & ((_count(bad_cum, lo_c, hi_c) > 0) | (_count(idle_cum, lo_c, np.maximum(hi_c - 1, lo_c - 1)) > 0))
-    dropped["empty_uncertain_or_idle"] = int(bad.sum())
-    ok &= ~bad
+    ok = _drop_bad_windows(batches, ok, lo, hi, dropped)
     if cum is None:
         cum = batches.cumulative_features(deployment)
     df = _window_rows("queue_to_first_token", y[ok], lo[ok], hi[ok], cum, request_id=rids[ok],

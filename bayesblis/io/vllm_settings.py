@@ -76,15 +76,10 @@ class VllmSettings:
     def from_exp_config(cls, path, **overrides) -> "VllmSettings":
         """Read an inference-perf `exp-config.yaml` (keys: model, tensor_parallelism,
         max_model_len, max_num_batched_tokens, max_num_seqs; others ignored)."""
-        import yaml
+        from bayesblis.io.mapping_file import read_mapping
 
         path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            raise InputError(path, f"not valid YAML: {exc}") from None
-        if not isinstance(data, dict):
-            raise InputError(path, "not a YAML mapping", expected="exp-config.yaml keys")
+        data = read_mapping(path, expected="exp-config.yaml keys")
         mapping = {
             "model": "model", "tensor_parallelism": "tp", "tensor_parallel_size": "tp",
             "expert_parallelism": "ep", "max_model_len": "max_model_len",
