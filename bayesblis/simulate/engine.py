@@ -177,6 +177,20 @@ def beta_feature_names() -> tuple:
     return tuple(BETA_FEATURES)
 
 
+
+@nb.njit(cache=True, inline="always")
+def _release_blocks(kvs, spv, sref, g_ref, g_cached, g_last, group, slot, req, step):
+    """Free a running slot's private KV blocks and drop its prefix-group reference (a group
+    nobody references any more becomes evictable, last used at `step`)."""
+    kvs[_PRIV] -= spv[slot]
+    if sref[slot]:
+        g = group[req]
+        g_ref[g] -= 1
+        if g_ref[g] == 0:
+            kvs[_EVICTABLE] += g_cached[g]
+            g_last[g] = step
+        sref[slot] = False
+
 @nb.njit(cache=True, inline="always")
 def n_beta_features(constants):
     return int(constants[0])
@@ -454,14 +468,7 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
                     v = r_n - 1
                     r_n -= 1
                     rv = sr[v]
-                    kvs[_PRIV] -= spv[v]
-                    if sref[v]:
-                        gv = group[rv]
-                        g_ref[gv] -= 1
-                        if g_ref[gv] == 0:
-                            kvs[_EVICTABLE] += g_cached[gv]
-                            g_last[gv] = step
-                        sref[v] = False
+                    _release_blocks(kvs, spv, sref, g_ref, g_cached, g_last, group, v, rv, step)
                     nout[rv] = sn[v]
                     npre[rv] += 1
                     n_preempted += 1
@@ -697,14 +704,7 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
             fin_s[r] = t_end
             fin_step[r] = step
             nout[r] = sn[j]
-            kvs[_PRIV] -= spv[j]
-            if sref[j]:
-                g = group[r]
-                g_ref[g] -= 1
-                if g_ref[g] == 0:
-                    kvs[_EVICTABLE] += g_cached[g]
-                    g_last[g] = step
-                sref[j] = False
+            _release_blocks(kvs, spv, sref, g_ref, g_cached, g_last, group, j, r, step)
             sdead[j] = True
             n_dead += 1
             done += 1
