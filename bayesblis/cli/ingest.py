@@ -14,15 +14,24 @@ import click
 @click.option("--sample", is_flag=True, help="Ingest the bundled sample inputs (no PATH needed).")
 @click.option("--hardware", default=None,
               help="GPU name recorded for sources whose inputs do not name one (e.g. H100-SXM-80GB).")
+@click.option("--scheduler", default=None,
+              help="Read the inputs on Dask, one task per input: 'local' (a LocalCluster) or "
+                   "tcp://host:port (workers must see the same paths). Default: serially in "
+                   "this process (same dataset).")
+@click.option("--dask-workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Worker processes of --scheduler local.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def command(paths, out, sample, hardware, quiet):
+def command(paths, out, sample, hardware, scheduler, dask_workers, quiet):
     """Read inference-perf folders, OTEL traces.json, kv_events.jsonl or TraceV2 pairs
     (kind auto-detected; a folder of experiments expands to its children) into a
     dataset folder, and print one summary row per source."""
     import pandas as pd
     from tqdm import tqdm
 
+    from bayesblis.distributed import check_scheduler
     from bayesblis.io.dataset import ingest, sample_paths
+
+    check_scheduler(scheduler)
 
     if sample:
         paths = tuple(str(p) for p in sample_paths()) + tuple(paths)
@@ -33,7 +42,7 @@ def command(paths, out, sample, hardware, quiet):
     def progress(items):
         return tqdm(items, desc="ingest", unit="input", disable=quiet, leave=False)
 
-    ds = ingest(paths, progress=progress)
+    ds = ingest(paths, progress=progress, scheduler=scheduler, dask_workers=dask_workers)
     if hardware:
         for src in ds.sources:
             if not src.settings.get("hardware"):

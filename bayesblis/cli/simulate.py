@@ -25,22 +25,31 @@ import click
               help="Simulate only requests arriving before this time (s).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Threads running draws in parallel (default: all CPUs).")
+@click.option("--scheduler", default=None,
+              help="Run the draws on Dask in chunks, one task per chunk: 'local' (a "
+                   "LocalCluster) or tcp://host:port. Default: in this process (same result).")
+@click.option("--dask-workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Worker processes of --scheduler local.")
+@click.option("--chunk-size", type=click.IntRange(min=1), default=None,
+              help="Draws per Dask task (default: about 4 tasks per local worker).")
 @click.option("--trace-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also write traces.json + kv_events.jsonl of one run at the mean coefficients.")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="RESULT.json to write.")
 def command(scenario, posterior, coefficients, draws, hardware, replay, allow_unseen, seed,
-            max_duration_s, workers, trace_dir, out):
+            max_duration_s, workers, scheduler, dask_workers, chunk_size, trace_dir, out):
     """Simulate SCENARIO (scenario YAML, inference-perf folder or TraceV2 header.yaml)
     once per coefficient draw and write RESULT.json (latency metrics with intervals)."""
     from tqdm import tqdm
 
     from bayesblis.atomic import write_json
+    from bayesblis.distributed import check_scheduler
     from bayesblis.simulate.results import Draws, load_coefficients, run_scenario
     from bayesblis.simulate.scenario import load_scenario
 
     if (posterior is None) == (coefficients is None):
         raise click.UsageError("give exactly one of --posterior or --coefficients")
+    check_scheduler(scheduler)
     sc = load_scenario(scenario, hardware=hardware, replay=replay, seed=seed)
     deployment = sc.deployment()
     if posterior is not None:
@@ -56,7 +65,8 @@ def command(scenario, posterior, coefficients, draws, hardware, replay, allow_un
     with tqdm(total=d.n_draws, desc="draws", unit="draw", disable=None) as bar:
         result = run_scenario(sc, d, seed=seed, max_duration_s=max_duration_s,
                               progress=lambda i: bar.update(1), deployment=deployment,
-                              n_workers=workers)
+                              n_workers=workers, scheduler=scheduler, chunk_size=chunk_size,
+                              dask_workers=dask_workers)
     if trace_dir is not None:
         result["metadata"]["trace_dir"] = str(trace_dir)
         _write_traces(sc, d, deployment, trace_dir, seed, max_duration_s)

@@ -390,16 +390,37 @@ def ingest_one(kind: str, path: Path) -> Source:
     raise ValueError(f"unknown kind {kind!r}")
 
 
-def ingest(paths, *, progress=None) -> Dataset:
+def _ingest_item(item) -> Source:
+    return ingest_one(*item)
+
+
+def ingest(paths, *, progress=None, scheduler: str | None = None,
+           dask_workers: int = 2) -> Dataset:
     """Read every input (auto-detected kind) into a Dataset. `progress` wraps the item
-    list (e.g. tqdm) if given. Source names are made unique with a numeric suffix."""
+    list (e.g. tqdm) if given. Source names are made unique with a numeric suffix.
+
+    `scheduler`: None (read here, one input after the other), 'local' (a Dask
+    LocalCluster of `dask_workers` processes) or a Dask address (tcp://host:port): one
+    task per input, same Dataset (sources in input order). With Dask, the paths must be
+    readable by the workers."""
     items = expand_paths(paths)
     if not items:
         raise EmptyInputError(None, "no inputs found")
+    if scheduler is None:
+        read = (ingest_one(kind, p) for kind, p in (progress(items) if progress else items))
+    else:
+        from bayesblis.distributed import map_tasks
+
+        ticks = iter(progress(range(len(items)))) if progress else None
+        read = map_tasks(_ingest_item, [(kind, Path(p).absolute()) for kind, p in items],
+                         scheduler=scheduler, n_workers=dask_workers,
+                         progress=(lambda i: next(ticks, None)) if ticks else None)
+        if ticks is not None:
+            for _ in ticks:  # let the wrapper finish (e.g. close a tqdm bar)
+                pass
     sources: list[Source] = []
     used: set[str] = set()
-    for kind, p in (progress(items) if progress else items):
-        src = ingest_one(kind, p)
+    for src in read:
         base, n = src.name, 2
         while src.name in used:
             src.name = f"{base}-{n}"

@@ -356,6 +356,7 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
     sprod = np.zeros(m1, np.int64)   # 1 if the step produced a token for the slot
     sref = np.zeros(m1, np.bool_)    # holds a reference on its group prefix
     sdead = np.zeros(m1, np.bool_)   # finished
+    sfb = np.zeros(m1, np.int64)     # full blocks of its group prefix (0 without a group)
     ev_ft = np.empty(m1, np.int64)   # slots with their first token this step
     ev_fin = np.empty(m1, np.int64)  # slots finishing this step
     ev_pro = np.empty(m1, np.int64)  # slots that may extend their group's cached prefix
@@ -419,6 +420,7 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
                         ssh[m] = ssh[j]
                         spv[m] = spv[j]
                         sref[m] = sref[j]
+                        sfb[m] = sfb[j]
                         sdead[m] = False
                     m += 1
             r_n = m
@@ -505,7 +507,9 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
                     pf_computed[sr[i]] += min(c + new, sp[i]) - c
             # advance the request (outputs become visible at step end)
             sc[i] = c + new
-            if sref[i]:
+            # only a slot holding fewer prefix blocks than its group's full prefix, and
+            # computed past that prefix, can extend the group's cache at step end
+            if sref[i] and ssh[i] < sfb[i] and c + new >= sfb[i] * bs:
                 ev_pro[n_pro] = i
                 n_pro += 1
             if c + new == sp[i] + sn[i]:
@@ -564,6 +568,7 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
                     g_ref[g] += 1
                     g_last[g] = step
                     sref[j] = True
+                    sfb[j] = prefix_tok[r] // bs
                 if need > kv_total - kvs[_PRIV] - kvs[_CACHED]:
                     _make_room(need, g, kv_total, cpu_total, g_cached, g_ref, g_last,
                                g_cpu, g_cpu_last, kvs, step, record, rec_kv)
@@ -600,7 +605,7 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
                     if start < prompt[r]:
                         pf_computed[r] += min(start + new, prompt[r]) - start
                 sc[j] = start + new
-                if sref[j]:
+                if sref[j] and ssh[j] < sfb[j] and start + new >= sfb[j] * bs:
                     ev_pro[n_pro] = j
                     n_pro += 1
                 if start + new == prompt[r] + nj:
