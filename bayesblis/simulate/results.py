@@ -87,26 +87,14 @@ def request_metrics(run: EngineRun, output_tokens, arrival_s, mask) -> dict:
     return out
 
 
-def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float | None = None,
-                 ci_prob: float = CI_PROB, progress=None, deployment=None,
-                 n_workers: int | None = None) -> dict:
-    """Simulate `scenario` once per draw and return the RESULT.json document.
-
-    `progress`: optional callable(i) after each draw (e.g. a tqdm update);
-    `n_workers`: threads running draws in parallel (default: CPU count).
-    """
-    deployment = deployment or scenario.deployment()
-    cfg = scenario.engine_config(deployment)
-    w = scenario.build_workload(max_duration_s)
-    constants = deployment_constants(deployment)
-    n_stage = w.n_stages
-    per_draw = {"summary": {m: [] for m in METRICS},
-                "stages": [{m: [] for m in METRICS} for _ in range(n_stage)]}
-    preempt, dropped, steps, busy = [], [], [], []
-    reasons = {}
+def _draw_records(w, cfg, constants, draws: Draws, draw_seeds, first: int = 0,
+                  n_workers: int | None = None, progress=None) -> list[dict]:
+    """One record per draw (in draw order): METRICS of all requests and of each stage,
+    preemptions, dropped requests, steps, busy fraction, and for global draw 0 the drop
+    reasons. `draw_seeds[d]` seeds draw `d` of `draws`; `first` is the global index of
+    draws[0] (draws may be a chunk of a larger set)."""
     valid = ~w.has_error
-    t0 = time.perf_counter()
-    draw_seeds = np.random.SeedSequence(seed).generate_state(draws.n_draws)
+    stage_masks = [valid & (w.stage == s) for s in range(w.n_stages)]
 
     def one(d):
         return run_engine(w, cfg, constants, draws.beta[d], draws.alpha[d],
@@ -120,25 +108,88 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
     else:
         pool = None
         runs = (one(d) for d in range(draws.n_draws))
-    for d, run in enumerate(runs):
-        for m, v in request_metrics(run, w.output_tokens, w.arrival_s, valid).items():
-            per_draw["summary"][m].append(v)
-        for s in range(n_stage):
-            for m, v in request_metrics(run, w.output_tokens, w.arrival_s,
-                                        valid & (w.stage == s)).items():
-                per_draw["stages"][s][m].append(v)
-        preempt.append(int(run.num_preemptions.sum()))
-        dropped.append(int((run.status != STATUS_OK).sum()))
-        steps.append(run.n_steps)
-        busy.append(run.busy_s / run.end_s if run.end_s > 0 else 0.0)
-        if d == 0:
-            for code in np.unique(run.drop_reason[run.status != STATUS_OK]):
-                reasons[DROP_REASONS[int(code)]] = int(np.sum(run.drop_reason == code))
-        if progress is not None:
-            progress(d)
-    if pool is not None:
-        pool.shutdown()
+    records = []
+    try:
+        for d, run in enumerate(runs):
+            rec = {"summary": request_metrics(run, w.output_tokens, w.arrival_s, valid),
+                   "stages": [request_metrics(run, w.output_tokens, w.arrival_s, m)
+                              for m in stage_masks],
+                   "preempt": int(run.num_preemptions.sum()),
+                   "dropped": int((run.status != STATUS_OK).sum()),
+                   "steps": run.n_steps,
+                   "busy": run.busy_s / run.end_s if run.end_s > 0 else 0.0}
+            if first + d == 0:
+                rec["reasons"] = {DROP_REASONS[int(code)]: int(np.sum(run.drop_reason == code))
+                                  for code in np.unique(run.drop_reason[run.status != STATUS_OK])}
+            records.append(rec)
+            if progress is not None:
+                progress(first + d)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return records
+
+
+def _draw_chunk(task: dict) -> list[dict]:
+    """`_draw_records` of one chunk of draws (a picklable task for `map_tasks`)."""
+    return _draw_records(task["workload"], task["config"], task["constants"], task["draws"],
+                         task["seeds"], task["first"], n_workers=task["n_workers"])
+
+
+def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float | None = None,
+                 ci_prob: float = CI_PROB, progress=None, deployment=None,
+                 n_workers: int | None = None, scheduler: str | None = None,
+                 chunk_size: int | None = None, dask_workers: int = 2) -> dict:
+    """Simulate `scenario` once per draw and return the RESULT.json document.
+
+    `progress`: optional callable(i) after each draw (e.g. a tqdm update);
+    `n_workers`: threads running draws in parallel (default: CPU count; on Dask, per task,
+    default 1). `scheduler`: None (this process), 'local' (a LocalCluster of
+    `dask_workers` processes) or a Dask address: the draws are split into chunks of
+    `chunk_size` (default: about 4 chunks per local worker, at least 1 draw), one task
+    per chunk. Draw `d` is seeded by state `d` of `SeedSequence(seed)` whatever the
+    chunking, so every path returns the same metrics.
+    """
+    from bayesblis.distributed import check_scheduler, map_tasks
+
+    check_scheduler(scheduler)
+    deployment = deployment or scenario.deployment()
+    cfg = scenario.engine_config(deployment)
+    w = scenario.build_workload(max_duration_s)
+    constants = deployment_constants(deployment)
+    n_stage = w.n_stages
+    valid = ~w.has_error
+    t0 = time.perf_counter()
+    draw_seeds = np.random.SeedSequence(seed).generate_state(draws.n_draws)
+    if scheduler is None:
+        records = _draw_records(w, cfg, constants, draws, draw_seeds, 0, n_workers, progress)
+    else:
+        size = int(chunk_size or max(1, -(-draws.n_draws // (4 * max(1, dask_workers)))))
+        starts = list(range(0, draws.n_draws, size))
+        tasks = [{"workload": w, "config": cfg, "constants": constants,
+                  "draws": _draw_slice(draws, a, a + size), "seeds": draw_seeds[a:a + size],
+                  "first": a, "n_workers": n_workers or 1} for a in starts]
+        sizes = [len(t["seeds"]) for t in tasks]
+        done = [0]
+
+        def chunk_done(i):  # tasks finish in any order: advance by one chunk's draws
+            for _ in range(sizes[i - 1]):
+                if progress is not None:
+                    progress(done[0])
+                done[0] += 1
+
+        chunks = map_tasks(_draw_chunk, tasks, scheduler=scheduler, n_workers=dask_workers,
+                           progress=chunk_done)
+        records = [rec for chunk in chunks for rec in chunk]
     wall = time.perf_counter() - t0
+    per_draw = {"summary": {m: [r["summary"][m] for r in records] for m in METRICS},
+                "stages": [{m: [r["stages"][s][m] for r in records] for m in METRICS}
+                           for s in range(n_stage)]}
+    preempt = [r["preempt"] for r in records]
+    dropped = [r["dropped"] for r in records]
+    steps = [r["steps"] for r in records]
+    busy = [r["busy"] for r in records]
+    reasons = records[0].get("reasons", {}) if records else {}
 
     def block(metrics):
         return {m: summarize(metrics[m], ci_prob) for m in METRICS}
@@ -172,6 +223,11 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
                                        "stage: per generated token (inference-perf's own ITL is "
                                        "per streamed chunk, about half)"},
     }
+
+
+def _draw_slice(draws: Draws, a: int, b: int) -> Draws:
+    return Draws(draws.beta[a:b], draws.alpha[a:b], draws.noise_sigma[a:b],
+                 draws.noise_nu[a:b], draws.source)
 
 
 def _describe(deployment) -> dict:
@@ -257,3 +313,22 @@ def load_coefficients(path) -> Draws:
         raise InputError(path, f"invalid value {nu!r}", field="noise_nu", expected="a number > 0")
     return Draws(beta[None, :], alpha[None, :], [float(sigma)], [float(nu)],
                  source=f"coefficients file {path}")
+
+
+def per_draw_metrics(workload, config, constants, draws: Draws, *, seed: int = 0,
+                     n_workers: int | None = None, progress=None) -> dict:
+    """Per-draw METRICS of one workload, as arrays (no summary): {metric: float [D]} plus
+    `n_dropped` (int [D]), `busy_fraction` [D] and `n_steps` (int [D]).
+
+    Same engine calls and per-draw noise seeds as `run_scenario` (draw d uses state d of
+    `SeedSequence(seed)`), so a caller that builds `workload` and `config` itself (e.g. a
+    rate sweep in `bayesblis.plan`) gets the values `run_scenario` would summarise.
+    Metrics over requests that completed and are not recorded errors; NaN when none did.
+    """
+    draw_seeds = np.random.SeedSequence(seed).generate_state(draws.n_draws)
+    records = _draw_records(workload, config, constants, draws, draw_seeds, 0, n_workers, progress)
+    out = {m: np.array([r["summary"][m] for r in records], float) for m in METRICS}
+    out.update(n_dropped=np.array([r["dropped"] for r in records], np.int64),
+               busy_fraction=np.array([r["busy"] for r in records], float),
+               n_steps=np.array([r["steps"] for r in records], np.int64))
+    return out
