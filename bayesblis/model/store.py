@@ -9,19 +9,25 @@ another model version.
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
 import arviz as az
+import numpy as np
 import pandas as pd
+import xarray as xr
 
 from bayesblis.atomic import atomic_path
-from bayesblis.constants import MODEL_VERSION
+from bayesblis.constants import DIM_OBS, MODEL_VERSION
 from bayesblis.errors import BayesBlisError, InputError, ModelVersionError
 
 _ATTR_PREFIX = "bayesblis_"
+OBS_GROUP = "bayesblis_observations"
+"""InferenceData group holding the fitted observation table (one variable per column over
+`obs`), so posterior-predictive checks can rebuild the model (`bayesblis check`)."""
 _PACKAGES = ("bayesblis", "pymc", "pytensor", "arviz", "nutpie", "numpy", "pandas", "xarray")
 
 
@@ -47,6 +53,9 @@ class Posterior:
     fit_info: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     path: str | None = None
+    data: object = None
+    """The fitted `ModelData` (configs + observation table) when the file stores it
+    (group `bayesblis_observations`), else None."""
 
     def config_row(self, key: str):
         match = self.configs[self.configs["config"] == key]
@@ -69,6 +78,10 @@ def save_posterior(model, path) -> Path:
     idata = model.idata
     for key, value in attrs.items():
         idata.posterior.attrs[_ATTR_PREFIX + key] = value
+    if OBS_GROUP not in idata.groups() and getattr(model, "data", None) is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a group outside ArviZ's scheme
+            idata.add_groups({OBS_GROUP: observation_dataset(model.data.obs)})
     with atomic_path(path) as tmp:
         idata.to_netcdf(str(tmp), engine="h5netcdf")
     return path
@@ -95,11 +108,39 @@ def load_posterior(path) -> Posterior:
             f"{MODEL_VERSION}; refit with this version")
     config = json.loads(attrs[_ATTR_PREFIX + "model_config"])
     configs = pd.DataFrame(json.loads(attrs[_ATTR_PREFIX + "configs"]))
+    data = None
+    if OBS_GROUP in idata.groups():
+        from bayesblis.model.data import ModelData
+
+        data = ModelData(configs=configs, obs=observation_table(getattr(idata, OBS_GROUP)))
     return Posterior(idata=idata, configs=configs, beta_features=config["beta_features"],
                      alpha_features=config["alpha_features"], priors=config["priors"],
                      fit_info=json.loads(attrs.get(_ATTR_PREFIX + "fit_info", "{}")),
                      versions=json.loads(attrs.get(_ATTR_PREFIX + "versions", "{}")),
-                     path=str(path))
+                     path=str(path), data=data)
+
+
+def observation_dataset(obs: pd.DataFrame) -> xr.Dataset:
+    """The observation table as an xarray Dataset over `obs` (text columns as strings)."""
+    columns = {}
+    for name in obs.columns:
+        values = obs[name]
+        if values.dtype == object or isinstance(values.dtype, pd.CategoricalDtype) \
+                or pd.api.types.is_string_dtype(values.dtype):
+            values = values.astype(str).to_numpy(dtype=str)
+        else:
+            values = values.to_numpy()
+        columns[str(name)] = (DIM_OBS, values)
+    return xr.Dataset(columns, coords={DIM_OBS: np.arange(len(obs))})
+
+
+def observation_table(dataset) -> pd.DataFrame:
+    """Inverse of `observation_dataset`."""
+    table = pd.DataFrame({name: np.asarray(dataset[name].values) for name in dataset.data_vars})
+    for name in table.columns:
+        if table[name].dtype.kind in "US":
+            table[name] = table[name].astype(str).astype(object)
+    return table
 
 
 def describe_posterior(path) -> str:

@@ -1,0 +1,1 @@
+"""The HTML report (`html.py`) and the figures it and `bayesblis check` draw (`figures.py`)."""

@@ -1,0 +1,291 @@
+"""Matplotlib figures (Agg backend) of the checks and the report.
+
+Every function returns a `matplotlib.figure.Figure` built without pyplot's global state,
+so figures can be made in worker threads and tests; `png_bytes` / `png_base64` encode
+one and close nothing global.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import warnings
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from bayesblis.constants import CI_PROB, DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEATURE  # noqa: E402
+
+DPI = 100
+
+
+def png_bytes(fig: Figure, dpi: int = DPI) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def png_base64(fig: Figure, dpi: int = DPI) -> str:
+    return base64.b64encode(png_bytes(fig, dpi)).decode("ascii")
+
+
+def save_png(fig: Figure, path, dpi: int = DPI) -> None:
+    from bayesblis.atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(png_bytes(fig, dpi))
+
+
+def _short(config: str, width: int = 34) -> str:
+    return config if len(config) <= width else config[: width - 1] + "…"
+
+
+# ---------------------------------------------------------------------- PPC
+def _ecdf(values):
+    v = np.sort(np.asarray(values, float))
+    return v, np.arange(1, len(v) + 1) / len(v)
+
+
+def fig_ppc_config(draws, config: str, n_lines: int = 40, seed: int = 0) -> Figure:
+    """One configuration: per observation kind, the ECDF of the observed durations against
+    `n_lines` replicated data sets (left) and the PIT ECDF minus the uniform CDF with its
+    pointwise 95% band (ArviZ `plot_ecdf`, right; the simultaneous band costs
+    seconds of numba compilation per process)."""
+    import arviz as az
+    from scipy.stats import uniform
+
+    from bayesblis.ppc import pit_values
+
+    obs = draws.data.obs
+    in_cfg = obs["config"].astype(str).to_numpy() == config
+    kinds = sorted(set(obs.loc[in_cfg, "kind"].astype(str)))
+    fig = Figure(figsize=(9.5, 2.3 * max(1, len(kinds)) + 0.4))
+    axes = fig.subplots(max(1, len(kinds)), 2, squeeze=False)
+    rng = np.random.default_rng(seed)
+    y_all, rep_all = draws.y, draws.y_rep
+    for row, kind in enumerate(kinds):
+        idx = np.flatnonzero(in_cfg & (obs["kind"].astype(str).to_numpy() == kind))
+        y, rep = y_all[idx], rep_all[:, idx]
+        ax = axes[row, 0]
+        pick = rng.choice(rep.shape[0], min(n_lines, rep.shape[0]), replace=False)
+        for j, s in enumerate(pick):
+            xs, ps = _ecdf(rep[s])
+            ax.step(xs, ps, where="post", color="C0", alpha=0.15, lw=0.8,
+                    label="replicated" if j == 0 else None)
+        xs, ps = _ecdf(y)
+        ax.step(xs, ps, where="post", color="k", lw=1.6, label="observed")
+        lo = min(np.quantile(y, 0.005), np.quantile(rep, 0.01))
+        hi = max(np.quantile(y, 0.995), np.quantile(rep, 0.99))
+        if lo > 0 and hi / lo > 20:
+            ax.set_xscale("log")
+        elif lo <= 0:
+            lo = min(0.0, lo)
+        pad = 0.0 if ax.get_xscale() == "log" else 0.03 * (hi - lo)
+        ax.set_xlim(lo - pad, hi + pad)
+        ax.set_ylabel("ECDF")
+        ax.set_title(f"{kind} (n={len(idx)})", fontsize=9)
+        if row == len(kinds) - 1:
+            ax.set_xlabel("duration y_s [s]")
+        if row == 0:
+            ax.legend(fontsize=7, loc="lower right")
+        pit = pit_values(y, rep)
+        ax2 = axes[row, 1]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            az.plot_ecdf(pit, cdf=uniform(0, 1).cdf, difference=True,
+                         confidence_bands="pointwise", ci_prob=0.95, ax=ax2)
+        ax2.set_title(f"PIT ECDF - uniform, {kind}", fontsize=9)
+        if row == len(kinds) - 1:
+            ax2.set_xlabel("PIT")
+    fig.suptitle(_short(config, 70), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def fig_coverage(doc: dict) -> Figure:
+    """Coverage of the 50% and 90% predictive intervals per configuration x kind, with the
+    flagging range of the 90% coverage shaded."""
+    from bayesblis.ppc import COVERAGE90_RANGE
+
+    rows = doc["rows"]
+    labels = [(_short(r["config"], 28) + " · " + r["kind"]) for r in rows]
+    fig = Figure(figsize=(9.5, 0.28 * len(rows) + 1.2))
+    ax = fig.subplots()
+    yy = np.arange(len(rows))[::-1]
+    ax.axvspan(*COVERAGE90_RANGE, color="C2", alpha=0.12, label="accepted 90% coverage")
+    ax.axvline(0.9, color="C2", lw=0.8)
+    ax.axvline(0.5, color="C1", lw=0.8)
+    ax.scatter([r["coverage_90"] for r in rows], yy, color=["C3" if r["flagged"] else "C2"
+                                                            for r in rows],
+               marker="o", label="90% interval", zorder=3)
+    ax.scatter([r["coverage_50"] for r in rows], yy, color="C1", marker="s", s=14,
+               label="50% interval", zorder=3)
+    ax.set_yticks(yy)
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.set_xlim(0, 1.02)
+    ax.set_xlabel("fraction of observations inside the predictive interval (red: flagged row)")
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def fig_pareto_k(draws) -> Figure:
+    """Pareto k of every observation (PSIS-LOO), coloured by configuration."""
+    from bayesblis.ppc import PARETO_K_BAD
+
+    k = draws.pareto_k
+    fig = Figure(figsize=(9.5, 2.8))
+    ax = fig.subplots()
+    configs = draws.data.obs["config"].astype(str).to_numpy()
+    for i, cfg in enumerate(dict.fromkeys(configs)):
+        idx = np.flatnonzero(configs == cfg)
+        ax.scatter(idx, k[idx], s=5, color=f"C{i % 10}", label=_short(cfg, 40))
+    ax.axhline(PARETO_K_BAD, color="C3", ls="--", lw=1)
+    ax.set_xlabel("observation")
+    ax.set_ylabel("Pareto k")
+    ax.set_title("PSIS-LOO Pareto k (dashed: 0.7)", fontsize=9)
+    ax.legend(fontsize=6, loc="upper right", ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------- shrinkage
+def _flat(da):
+    return da.stack(sample=("chain", "draw")).transpose("sample", ...)
+
+
+def pooled_draws(post, name: str, dim: str, configs) -> np.ndarray:
+    """[S, config, feature]: exp(mu + the configuration's level effects), i.e. what the
+    hierarchy predicts for the configuration without its own configuration effect."""
+    from bayesblis.model.hierarchy import LEVELS
+
+    mu = _flat(post[f"{name}_mu"]).values  # [S, K]
+    features = [str(f) for f in post[dim].values]
+    theta = np.repeat(mu[:, None, :], len(configs), axis=1)
+    for short, level_dim, column in LEVELS:
+        z_name, tau_name = f"{name}_z_{short}", f"{name}_tau_{short}"
+        if z_name not in post or tau_name not in post:
+            continue
+        tau_da = _flat(post[tau_name])
+        cols = [features.index(str(f)) for f in tau_da[f"{name}_{short}_feature"].values]
+        z = _flat(post[z_name])
+        labels = [str(v) for v in z[level_dim].values]
+        for c, value in enumerate(configs[column].astype(str)):
+            if value in labels:
+                theta[:, c, cols] += tau_da.values * z.isel({level_dim: labels.index(value)}).values
+    return np.exp(theta)
+
+
+def level_draws(post, name: str, dim: str) -> dict:
+    """{(level column, value): [S, feature] draws of exp(mu + that level's effect)}: the
+    pooled coefficient of one level with the other levels at their (zero) mean."""
+    from bayesblis.model.hierarchy import LEVELS
+
+    mu = _flat(post[f"{name}_mu"]).values
+    features = [str(f) for f in post[dim].values]
+    out = {("population", "all"): np.exp(mu)}
+    for short, level_dim, column in LEVELS:
+        z_name, tau_name = f"{name}_z_{short}", f"{name}_tau_{short}"
+        if z_name not in post or tau_name not in post:
+            continue
+        tau_da = _flat(post[tau_name])
+        cols = [features.index(str(f)) for f in tau_da[f"{name}_{short}_feature"].values]
+        z = _flat(post[z_name])
+        for i, value in enumerate(str(v) for v in z[level_dim].values):
+            theta = mu.copy()
+            theta[:, cols] += tau_da.values * z.isel({level_dim: i}).values
+            out[(column, value)] = np.exp(theta)
+    return out
+
+
+def _log_axis(ax):
+    """Log y axis with plain tick labels (1, 2, 5 x 10^k written as numbers)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def fig_shrinkage(posterior, prob: float = CI_PROB, max_cols: int = 4) -> Figure:
+    """Per coefficient: each configuration's posterior mean and `prob` interval (its own
+    data plus pooling) next to the pooled prediction for its levels without its own effect
+    (exp(mu + level effects)); the dashed line is the population value exp(mu)."""
+    post = posterior.idata.posterior
+    configs = posterior.configs
+    panels = []
+    for name, dim in (("beta", DIM_FEATURE), ("alpha", DIM_ALPHA_FEATURE)):
+        own = _flat(post[name]).transpose("sample", DIM_CONFIG, dim).values
+        pooled = pooled_draws(post, name, dim, configs)
+        pop = np.exp(_flat(post[f"{name}_mu"]).values)
+        for j, feat in enumerate(str(f) for f in post[dim].values):
+            panels.append((feat, own[:, :, j], pooled[:, :, j], pop[:, j]))
+    n_cols = min(max_cols, len(panels))
+    n_rows = int(np.ceil(len(panels) / n_cols))
+    fig = Figure(figsize=(3.1 * n_cols, 2.5 * n_rows + 0.6))
+    axes = np.atleast_1d(fig.subplots(n_rows, n_cols, squeeze=False)).ravel()
+    q = [(1 - prob) / 2, (1 + prob) / 2]
+    x = np.arange(len(configs))
+    for ax, (feat, own, pooled, pop) in zip(axes, panels):
+        for vals, dx, color, label in ((own, -0.12, "C0", "configuration"),
+                                       (pooled, 0.12, "C1", "pooled (levels)")):
+            mean = vals.mean(axis=0)
+            lo, hi = np.quantile(vals, q, axis=0)
+            ax.errorbar(x + dx, mean, yerr=[mean - lo, hi - mean], fmt="o", ms=3.5,
+                        color=color, capsize=2, lw=1, label=label)
+        ax.axhline(float(np.mean(pop)), color="0.4", ls="--", lw=0.9, label="population exp(mu)")
+        _log_axis(ax)
+        ax.set_title(feat, fontsize=8)
+        ax.set_xticks(x)
+        ax.set_xticklabels([str(i + 1) for i in x], fontsize=7)
+        ax.tick_params(axis="y", labelsize=7)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    axes[0].legend(fontsize=6, loc="best")
+    fig.suptitle(f"Shrinkage: per-configuration vs pooled coefficients ({prob:.0%} intervals; "
+                 "x = configuration number in the data table)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------- plan
+def fig_plan(plan: dict) -> Figure:
+    """Per option: probability that all SLOs hold vs arrival rate (solid), each SLO apart
+    (dotted), the required probability (grey) and the capacity (vertical line)."""
+    options = plan.get("options") or []
+    n = max(1, len(options))
+    n_cols = min(3, n)
+    n_rows = int(np.ceil(n / n_cols))
+    fig = Figure(figsize=(3.6 * n_cols, 2.8 * n_rows + 0.4))
+    axes = np.atleast_1d(fig.subplots(n_rows, n_cols, squeeze=False)).ravel()
+    prob = plan.get("prob")
+    for ax, opt in zip(axes, options):
+        evals = sorted(opt.get("evaluations") or [], key=lambda e: e.get("rate_per_s", 0))
+        rates = [e.get("rate_per_s") for e in evals]
+        ax.plot(rates, [e.get("p_all") for e in evals], "o-", color="C0", ms=3.5, label="all SLOs")
+        names = sorted({k for e in evals for k in (e.get("p_slo") or {})})
+        for i, name in enumerate(names):
+            ax.plot(rates, [(e.get("p_slo") or {}).get(name, np.nan) for e in evals], ":",
+                    color=f"C{i + 1}", lw=1.2, label=name)
+        if prob is not None:
+            ax.axhline(prob, color="0.5", lw=0.8)
+        cap = opt.get("capacity_rate_per_s")
+        if cap is not None:
+            ax.axvline(cap, color="C3", lw=1, ls="--", label=f"capacity {cap:.3g}/s")
+        if rates and min(rates) > 0 and max(rates) / min(rates) > 8:
+            ax.set_xscale("log")
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_title(f"{opt.get('label', '?')} ({opt.get('gpus', '?')} GPUs)", fontsize=8)
+        ax.set_xlabel("arrival rate [req/s]", fontsize=8)
+        ax.set_ylabel("P(SLO holds)", fontsize=8)
+        ax.legend(fontsize=6, loc="lower left")
+    for ax in axes[len(options):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,364 @@
+"""One self-contained HTML report of a posterior (`bayesblis report`).
+
+Sections (ids in `SECTIONS`): data summary, diagnostics, coefficients (per configuration
+and per pooled level), shrinkage, posterior-predictive checks and, when a PLAN.json is
+given, the capacity plan. Figures are PNG images inlined as base64 ``data:`` URIs and the
+style sheet is inline: the file needs no network and no other file to be viewed, and it
+holds no script. Layout: data_specs/report.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from bayesblis.constants import CI_PROB, DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEATURE
+from bayesblis.errors import InputError
+
+SECTIONS = (("data", "Data summary"), ("diagnostics", "Diagnostics"),
+            ("coefficients", "Coefficients"), ("shrinkage", "Shrinkage"),
+            ("ppc", "Posterior-predictive checks"), ("plan", "Capacity plan"))
+"""(id, heading) of every section, in order; `plan` only when a plan is given."""
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
+margin:0 auto;max-width:1150px;padding:0 1.2em 3em;color:#1d232a;line-height:1.4}
+h1{font-size:1.6em;margin:.8em 0 .2em}h2{border-bottom:2px solid #d6dde4;padding-bottom:.2em;
+margin-top:1.8em}h3{font-size:1.05em;margin:1.2em 0 .4em}
+nav a{margin-right:1em}.meta{color:#58636e;font-size:.9em}
+table{border-collapse:collapse;font-size:.82em;margin:.5em 0}
+th,td{border:1px solid #d6dde4;padding:.25em .5em;text-align:right;vertical-align:top}
+th{background:#f1f4f7}td.l,th.l{text-align:left}
+.scroll{overflow-x:auto}.pass{color:#1a7f37;font-weight:600}.fail{color:#c62828;font-weight:600}
+tr.flag td{background:#fdecec}figure{margin:.8em 0}figure img{max-width:100%;height:auto;
+border:1px solid #e3e8ed}figcaption{font-size:.85em;color:#58636e}
+.note{background:#fff8e1;border-left:4px solid #f2b600;padding:.4em .8em;font-size:.9em}
+"""
+
+
+def _e(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _fmt(value, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):,}"
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return _e(value)
+    if not np.isfinite(v):
+        return "-"
+    return f"{v:.{digits}g}"
+
+
+def _table(header, rows, left=1, row_class=None, left_last=False) -> str:
+    """HTML table; the first `left` columns (and the last with `left_last`) are
+    left-aligned; cells are pre-escaped."""
+    def cls(i):
+        return ' class="l"' if i < left or (left_last and i == len(header) - 1) else ""
+
+    out = ['<div class="scroll"><table><thead><tr>']
+    out += [f"<th{cls(i)}>{h}</th>" for i, h in enumerate(header)]
+    out.append("</tr></thead><tbody>")
+    for r, row in enumerate(rows):
+        rc = row_class(r) if row_class else ""
+        out.append(f'<tr class="{rc}">' if rc else "<tr>")
+        out += [f"<td{cls(i)}>{c}</td>" for i, c in enumerate(row)]
+        out.append("</tr>")
+    out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+def _figure(fig, caption: str, name: str) -> str:
+    from bayesblis.report.figures import png_base64
+
+    data = png_base64(fig)
+    return (f'<figure data-figure="{_e(name)}"><img alt="{_e(caption)}" '
+            f'src="data:image/png;base64,{data}"><figcaption>{_e(caption)}</figcaption></figure>')
+
+
+def _section(sid: str, body: str) -> str:
+    heading = dict(SECTIONS)[sid]
+    return f'<section id="{sid}"><h2>{_e(heading)}</h2>{body}</section>'
+
+
+# ---------------------------------------------------------------------- plan
+def read_plan(path) -> dict:
+    """A PLAN.json (data_specs/plan.md), read tolerantly: `options` is required; each
+    option's `evaluations` (rate_per_s, p_all, p_slo) and capacity are optional."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, "plan file not found")
+    try:
+        plan = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"not JSON ({exc})") from exc
+    if not isinstance(plan, dict) or not isinstance(plan.get("options"), list):
+        raise InputError(path, "not a capacity plan", field="options",
+                         expected="a list of options (bayesblis plan output)")
+    for i, opt in enumerate(plan["options"]):
+        if not isinstance(opt, dict):
+            raise InputError(path, "option is not an object", record=i, field="options")
+        evals = opt.get("evaluations") or []
+        for j, ev in enumerate(evals):
+            if not isinstance(ev, dict) or "rate_per_s" not in ev or "p_all" not in ev:
+                raise InputError(path, f"option {i} evaluation {j} lacks rate_per_s/p_all",
+                                 record=i, field="evaluations",
+                                 expected="{rate_per_s, p_all, p_slo}")
+    return plan
+
+
+def plan_section(plan: dict) -> str:
+    from bayesblis.report.figures import fig_plan
+
+    parts = []
+    slos = plan.get("slos") or []
+    if slos:
+        text = ", ".join(f"{s.get('metric', s.get('name', '?'))} {s.get('op', '<=')} "
+                         f"{_fmt(s.get('threshold_s'))} s" for s in slos)
+        prob = plan.get("prob")
+        parts.append(f"<p>SLOs: <b>{_e(text)}</b>"
+                     + (f", required with posterior probability &ge; {_fmt(prob)}" if prob is not None
+                        else "") + ".</p>")
+    rows = []
+    for opt in plan["options"]:
+        search = opt.get("search") or {}
+        rows.append([_e(opt.get("label", "?")), _fmt(opt.get("gpus")),
+                     _fmt(opt.get("capacity_rate_per_s")), _fmt(opt.get("capacity_per_gpu_rate_per_s")),
+                     _fmt(opt.get("tokens_per_s_per_gpu")), _fmt(opt.get("prob_at_capacity")),
+                     _fmt(len(opt.get("evaluations") or [])), _e(search.get("status", "-"))])
+    parts.append(_table(["option", "GPUs", "capacity [req/s]", "per GPU [req/s]",
+                         "tokens/s per GPU", "P at capacity", "rates evaluated", "status"], rows))
+    if plan.get("best_option"):
+        parts.append(f"<p>Most tokens/s per GPU: <b>{_e(plan['best_option'])}</b>.</p>")
+    if any(opt.get("evaluations") for opt in plan["options"]):
+        parts.append(_figure(fig_plan(plan), "Probability that the SLOs hold vs arrival rate, "
+                             "per option (solid: all SLOs; dotted: each SLO; dashed: capacity).",
+                             "plan"))
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------------- sections
+def data_section(posterior) -> str:
+    fit = posterior.fit_info or {}
+    data = getattr(posterior, "data", None)
+    parts = [f"<p>{len(posterior.configs)} configurations; fit <b>{_e(fit.get('method', '?'))}</b> on "
+             f"{_fmt(fit.get('n_obs'))} window observations in {_fmt(fit.get('wall_s'), 3)} s.</p>"]
+    kinds = []
+    counts = {}
+    if data is not None:
+        obs = data.obs
+        kinds = sorted(obs["kind"].astype(str).unique())
+        counts = obs.groupby(["config", "kind"]).size().to_dict()
+        med = obs.groupby("config")["y_s"].median().to_dict()
+    rows = []
+    for i, row in posterior.configs.reset_index(drop=True).iterrows():
+        cfg = row["config"]
+        cells = [str(i + 1), _e(cfg), _e(row["model"]), _e(row["model_family"]), _e(row["arch"]),
+                 _e(row["hardware"]), _fmt(row["tp"]), _fmt(row["ep"]), _e(row["dtype"])]
+        if data is not None:
+            cells += [_fmt(int(counts.get((cfg, k), 0))) for k in kinds]
+            cells.append(_fmt(med.get(cfg)))
+        rows.append(cells)
+    header = ["#", "configuration", "model", "family", "arch", "hardware", "TP", "EP", "dtype"]
+    if data is not None:
+        header += [f"n {_e(k)}" for k in kinds] + ["median y_s [s]"]
+    parts.append(_table(header, rows, left=6))
+    if data is None:
+        parts.append('<p class="note">The posterior file holds no observation table; counts '
+                     "per kind come from the fit record only.</p>")
+        per_kind = fit.get("obs_per_kind") or {}
+        if per_kind:
+            parts.append(_table(["kind", "observations"],
+                                [[_e(k), _fmt(v)] for k, v in sorted(per_kind.items())]))
+    versions = posterior.versions or {}
+    if versions:
+        parts.append('<p class="meta">written with ' + ", ".join(
+            f"{_e(k)} {_e(v)}" for k, v in versions.items() if v) + "</p>")
+    return _section("data", "".join(parts))
+
+
+def diagnostics_section(posterior) -> str:
+    from bayesblis.model.diagnostics import THRESHOLDS, diagnose
+
+    diag = (posterior.fit_info or {}).get("diagnostics")
+    if not diag:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            diag = diagnose(posterior.idata, (posterior.fit_info or {}).get("method", "nuts"))
+    passed = diag.get("passed")
+    status = {True: '<span class="pass">PASS</span>', False: '<span class="fail">FAIL</span>',
+              None: "n/a"}[passed]
+    parts = [f"<p>Sampler diagnostics ({_e(diag.get('method', '?'))}, {_fmt(diag.get('chains'))} "
+             f"chains &times; {_fmt(diag.get('draws'))} draws): {status}</p>"]
+    if passed is None:
+        parts.append(f"<p class=\"note\">{_e(diag.get('note', ''))}</p>")
+        return _section("diagnostics", "".join(parts))
+    chains = diag.get("chains") or 1
+    rows = [["r_hat max", _fmt(diag.get("r_hat_max")), f"&le; {THRESHOLDS['r_hat_max']}"],
+            ["bulk ESS min", _fmt(diag.get("ess_bulk_min"), 3),
+             f"&ge; {THRESHOLDS['ess_per_chain_min'] * chains}"],
+            ["tail ESS min", _fmt(diag.get("ess_tail_min"), 3),
+             f"&ge; {THRESHOLDS['ess_per_chain_min'] * chains}"],
+            ["divergences", _fmt(diag.get("divergences")), f"&le; {THRESHOLDS['divergences_max']}"],
+            ["E-BFMI min", _fmt(diag.get("e_bfmi_min"), 3), f"&ge; {THRESHOLDS['e_bfmi_min']}"]]
+    parts.append(_table(["measure", "value", "threshold"], rows))
+    if diag.get("problems"):
+        parts.append("<ul>" + "".join(f"<li>{_e(p)}</li>" for p in diag["problems"]) + "</ul>")
+    return _section("diagnostics", "".join(parts))
+
+
+def _cell(draws, prob) -> str:
+    lo, hi = np.quantile(draws, [(1 - prob) / 2, (1 + prob) / 2])
+    return f"{_fmt(np.mean(draws))}<br><small>[{_fmt(lo, 3)}, {_fmt(hi, 3)}]</small>"
+
+
+def coefficients_section(posterior, prob: float = CI_PROB) -> str:
+    from bayesblis.report.figures import _flat, level_draws
+
+    post = posterior.idata.posterior
+    configs = list(posterior.configs["config"].astype(str))
+    parts = [f"<p>Posterior mean and {prob:.0%} equal-tailed interval of every coefficient "
+             "(beta multiplies features in seconds; alpha the request-level features). "
+             "Columns are the configuration numbers of the data table; the population column "
+             "is exp(mu).</p>"]
+    for name, dim, title in (("beta", DIM_FEATURE, "Beta (step time)"),
+                             ("alpha", DIM_ALPHA_FEATURE, "Alpha (request-level delays)")):
+        own = _flat(post[name]).transpose("sample", DIM_CONFIG, dim).values
+        levels = level_draws(post, name, dim)
+        features = [str(f) for f in post[dim].values]
+        rows = []
+        for j, feat in enumerate(features):
+            rows.append([_e(feat)] + [_cell(own[:, c, j], prob) for c in range(len(configs))]
+                        + [_cell(levels[("population", "all")][:, j], prob)])
+        parts.append(f"<h3>{_e(title)} per configuration</h3>")
+        parts.append(_table(["coefficient"] + [str(i + 1) for i in range(len(configs))]
+                            + ["population"], rows))
+        level_keys = [k for k in levels if k[0] != "population"]
+        if level_keys:
+            rows = [[_e(feat)] + [_cell(levels[k][:, j], prob) for k in level_keys]
+                    for j, feat in enumerate(features)]
+            parts.append(f"<h3>{_e(title)} per pooled level</h3><p class=\"meta\">exp(mu + the "
+                         "level's effect), other levels at their mean.</p>")
+            parts.append(_table(["coefficient"] + [f"{_e(c)}=<br>{_e(v)}" for c, v in level_keys],
+                                rows))
+    return _section("coefficients", "".join(parts))
+
+
+def shrinkage_section(posterior, prob: float = CI_PROB) -> str:
+    from bayesblis.report.figures import fig_shrinkage
+
+    return _section("shrinkage", _figure(
+        fig_shrinkage(posterior, prob),
+        "Per-configuration posterior (blue) vs the pooled prediction from its levels alone "
+        "(orange, exp(mu + level effects)); dashed: population exp(mu). A configuration far "
+        "from its pooled value is one its own data pull away from the hierarchy.", "shrinkage"))
+
+
+def ppc_section(posterior, *, n_draws: int, seed: int, loo: bool, dataset=None,
+                max_obs_per_config: int | None = None, check=None) -> tuple[str, object]:
+    """The PPC section and the `ppc.PredictiveDraws` behind it (None if unavailable).
+    `check`: a finished ``check_posterior(..., return_draws=True)`` result to reuse."""
+    from bayesblis.ppc import CheckError, check_posterior
+    from bayesblis.report.figures import fig_coverage, fig_pareto_k, fig_ppc_config
+
+    if check is not None:
+        doc, draws = check
+    else:
+        try:
+            doc, draws = check_posterior(posterior, n_draws=n_draws, seed=seed, loo=loo,
+                                         dataset=dataset, max_obs_per_config=max_obs_per_config,
+                                         return_draws=True)
+        except CheckError as exc:
+            return _section("ppc", f'<p class="note">Not available: {_e(exc)}</p>'), None
+    number = {c: i + 1 for i, c in enumerate(posterior.configs["config"].astype(str))}
+    flagged = doc["flagged_configs"]
+    parts = [f"<p>{doc['n_draws']} posterior draws replicate the {doc['n_obs']} fitted "
+             f"observations ({_e(doc['observations'])}). "
+             + (f'<span class="fail">Poor fit flagged: {_e(", ".join(flagged))}</span>' if flagged
+                else '<span class="pass">No configuration flagged.</span>') + "</p>"]
+    if doc["loo"] is not None:
+        lo = doc["loo"]
+        parts.append(f"<p>PSIS-LOO: elpd {lo['elpd_loo']:.1f} (se {lo['se']:.1f}), p_loo "
+                     f"{lo['p_loo']:.1f}; Pareto k &gt; 0.7 for {lo['pareto_k_bad']} of "
+                     f"{lo['n_obs']} observations ({lo['pareto_k_bad_share']:.1%}).</p>")
+    rows = []
+    for r in doc["rows"]:
+        rows.append([str(number.get(r["config"], "?")), _e(r["kind"]), _fmt(r["n_obs"]),
+                     _fmt(r["observed_mean_s"]), _fmt(r["replicated_mean_s"]),
+                     _fmt(r["mean_ratio"], 3), _fmt(r["coverage_50"], 3), _fmt(r["coverage_90"], 3),
+                     _fmt(r["pit_ks"], 3), _fmt(r["pareto_k_bad_share"], 2),
+                     _e("; ".join(r["reasons"])) if r["flagged"] else "ok"])
+    parts.append(_table(["#", "kind", "n", "observed mean [s]", "replicated mean [s]",
+                         "obs/rep", "cov 50%", "cov 90%", "PIT KS", "share k&gt;0.7", "flag"],
+                        rows, left=2, left_last=True,
+                        row_class=lambda i: "flag" if doc["rows"][i]["flagged"] else ""))
+    parts.append(_figure(fig_coverage(doc), "Coverage of the 50% and 90% posterior-predictive "
+                         "intervals per configuration and kind (shaded: accepted range of "
+                         "the 90% coverage).", "coverage"))
+    if draws.loo is not None:
+        parts.append(_figure(fig_pareto_k(draws), "PSIS-LOO Pareto k per observation.",
+                             "pareto-k"))
+    for cfg in posterior.configs["config"].astype(str):
+        if not (draws.data.obs["config"].astype(str) == cfg).any():
+            continue
+        parts.append(f"<h3>{number[cfg]}. {_e(cfg)}</h3>")
+        parts.append(_figure(fig_ppc_config(draws, cfg, seed=seed),
+                             f"{cfg}: observed vs replicated durations (ECDF) and PIT "
+                             "calibration per observation kind (95% pointwise band).",
+                             f"ppc-{number[cfg]}"))
+    return _section("ppc", "".join(parts)), draws
+
+
+def build_report(posterior, *, plan: dict | None = None, n_draws: int = 200, seed: int = 0,
+                 loo: bool = True, dataset=None, max_obs_per_config: int | None = None,
+                 prob: float = CI_PROB, check=None) -> str:
+    """The report as one HTML string (see module docstring). `check`: a finished
+    ``ppc.check_posterior(posterior, return_draws=True)`` to reuse instead of checking."""
+    from bayesblis import __version__
+    from bayesblis.model.store import load_posterior
+
+    if not hasattr(posterior, "idata"):
+        posterior = load_posterior(posterior)
+    ppc_html, draws = ppc_section(posterior, n_draws=n_draws, seed=seed, loo=loo, dataset=dataset,
+                                  max_obs_per_config=max_obs_per_config, check=check)
+    if posterior.data is None and draws is not None:  # observations rebuilt from a dataset
+        posterior = copy.copy(posterior)
+        posterior.data = draws.data
+    sections = [data_section(posterior), diagnostics_section(posterior),
+                coefficients_section(posterior, prob), shrinkage_section(posterior, prob), ppc_html]
+    if plan is not None:
+        sections.append(_section("plan", plan_section(plan)))
+    shown = [(sid, h) for sid, h in SECTIONS if sid != "plan" or plan is not None]
+    nav = "".join(f'<a href="#{sid}">{_e(h)}</a>' for sid, h in shown)
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    title = f"bayesblis report: {Path(posterior.path).name if posterior.path else 'posterior'}"
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
+            f"<h1>{_e(title)}</h1><p class=\"meta\">posterior {_e(posterior.path)} &middot; "
+            f"bayesblis {_e(__version__)} &middot; {_e(created)}</p><nav>{nav}</nav>"
+            + "".join(sections) + "</body></html>\n")
+
+
+def write_report(posterior, out, *, plan_path=None, **kwargs) -> Path:
+    """Build the report and write it atomically to `out`."""
+    from bayesblis.atomic import write_text
+
+    plan = read_plan(plan_path) if plan_path is not None else None
+    text = build_report(posterior, plan=plan, **kwargs)
+    out = Path(out)
+    write_text(out, text)
+    return out

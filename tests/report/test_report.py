@@ -1,0 +1,136 @@
+"""The HTML report: sections, figures, no network references; rendered in headless Chromium."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from bayesblis.errors import InputError
+from bayesblis.report.html import SECTIONS, read_plan, write_report
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="session")
+def report_path(posterior_path, plan_path, tmp_path_factory):
+    from click.testing import CliRunner
+
+    from bayesblis.cli import cli
+
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    res = CliRunner().invoke(cli, ["report", str(posterior_path), "--plan", str(plan_path),
+                                   "--out", str(out), "--draws", "60"])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    return out
+
+
+def test_report_has_every_section_and_no_network_reference(report_path, posterior):
+    text = report_path.read_text(encoding="utf-8")
+    for sid, heading in SECTIONS:
+        assert f'<section id="{sid}"><h2>{heading}</h2>' in text
+    # no external resources: every src/href is a data: URI or an in-page anchor
+    refs = re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', text)
+    assert refs and all(r.startswith(("data:image/png;base64,", "#")) for r in refs)
+    assert not re.search(r"https?://", text)
+    assert "<script" not in text and "@import" not in text and "url(" not in text
+    # one PPC figure per configuration plus shrinkage, coverage, Pareto k and plan
+    n_cfg = len(posterior.configs)
+    assert text.count('data-figure="ppc-') == n_cfg
+    for name in ("shrinkage", "coverage", "pareto-k", "plan"):
+        assert f'data-figure="{name}"' in text
+    for cfg in posterior.configs["config"]:
+        assert cfg in text
+    assert "tp=2" in text and "ttft_p90" in text  # the plan's options and SLOs
+
+
+def test_diagnostics_section_shows_thresholds_and_verdict(posterior):
+    """The MCMC diagnostics table from a `diagnose` record (the demo fixture is ADVI, which
+    has none: that path is checked too)."""
+    from bayesblis.report.html import diagnostics_section
+
+    diag = {"method": "nuts", "chains": 2, "draws": 50, "r_hat_max": 1.2345,
+            "ess_bulk_min": 31.0, "ess_tail_min": 27.0, "divergences": 3, "e_bfmi_min": 0.52,
+            "problems": ["r_hat max 1.234 > 1.01", "3 divergent transitions"], "passed": False}
+    other = copy.copy(posterior)
+    other.fit_info = {**posterior.fit_info, "diagnostics": diag}
+    text = diagnostics_section(other)
+    assert text.startswith('<section id="diagnostics"><h2>Diagnostics</h2>')
+    assert '<span class="fail">FAIL</span>' in text and "2 chains &times; 50 draws" in text
+    rows = re.findall(r'<tr><td class="l">([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td></tr>', text)
+    assert rows == [("r_hat max", "1.234", "&le; 1.01"), ("bulk ESS min", "31", "&ge; 200"),
+                    ("tail ESS min", "27", "&ge; 200"), ("divergences", "3", "&le; 0"),
+                    ("E-BFMI min", "0.52", "&ge; 0.3")]
+    assert "<li>3 divergent transitions</li>" in text
+    passed = diagnostics_section(copy.copy(other).__class__(
+        **{**other.__dict__, "fit_info": {"diagnostics": {**diag, "problems": [], "passed": True}}}))
+    assert '<span class="pass">PASS</span>' in passed and "<li>" not in passed
+    assert "no MCMC diagnostics" in diagnostics_section(posterior)  # the ADVI fit itself
+
+
+def test_plan_reader_names_the_problem(tmp_path):
+    bad = tmp_path / "plan.json"
+    bad.write_text(json.dumps({"options": [{"evaluations": [{"rate_per_s": 1.0}]}]}))
+    with pytest.raises(InputError, match="p_all"):
+        read_plan(bad)
+    bad.write_text("[1, 2]")
+    with pytest.raises(InputError, match="options"):
+        read_plan(bad)
+    with pytest.raises(InputError, match="not found"):
+        write_report("unused.nc", tmp_path / "r.html", plan_path=tmp_path / "missing.json")
+
+
+def _browser():
+    """Playwright + Debian Chromium, or a clear failure (skip only if asked to)."""
+    if os.environ.get("BAYESBLIS_SKIP_BROWSER") == "1":
+        pytest.skip("BAYESBLIS_SKIP_BROWSER=1")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the browser test needs the 'playwright' Python package (pip install "
+                    "playwright; no 'playwright install'); set BAYESBLIS_SKIP_BROWSER=1 to skip")
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(f"the browser test needs Chromium at {CHROMIUM} (apt-get install chromium); "
+                    "set BAYESBLIS_SKIP_BROWSER=1 to skip")
+    return sync_playwright
+
+
+def test_report_renders_in_headless_chromium(report_path, posterior, tmp_path):
+    sync_playwright = _browser()
+    problems = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1800})
+            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+                    if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
+            requests = []
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(report_path.as_uri(), wait_until="load")
+            headings = page.eval_on_selector_all("section > h2", "els => els.map(e => e.textContent)")
+            images = page.eval_on_selector_all(
+                "figure img", "els => els.map(e => ({w: e.naturalWidth, h: e.naturalHeight, "
+                "done: e.complete, box: e.getBoundingClientRect().width}))")
+            svgs = page.eval_on_selector_all(
+                "figure svg", "els => els.map(e => e.getBoundingClientRect().width)")
+            shot = tmp_path / "report.png"
+            page.screenshot(path=str(shot))
+        finally:
+            browser.close()
+    assert problems == []
+    # only the file itself and its data: images are requested
+    assert all(u.startswith(("file://", "data:")) for u in requests), requests
+    assert headings == [h for _, h in SECTIONS]
+    assert len(images) == len(posterior.configs) + 4
+    for img in images:
+        assert img["done"] and img["w"] > 0 and img["h"] > 0 and img["box"] > 0, img
+    assert all(w > 0 for w in svgs)
+    assert shot.read_bytes()[:4] == b"\x89PNG" and shot.stat().st_size > 10_000
