@@ -124,7 +124,7 @@ def test_no_usable_source_is_an_error(monkeypatch):
 def test_observation_rows_match_the_schema(otel_source):
     import json
 
-    jsonschema = pytest.importorskip("jsonschema")
+    import jsonschema
     from recon_helpers import REPO
 
     schema = json.loads((REPO / "data_specs" / "observations.schema.json").read_text())
@@ -147,7 +147,7 @@ def test_saved_and_loaded_dataset_gives_the_same_rows(otel_source, tmp_path):
 
 
 def test_bundled_samples_with_the_client_windows_module():
-    pytest.importorskip("bayesblis.client_windows")
+    import bayesblis.client_windows  # noqa: F401
     from bayesblis.io.dataset import sample_paths
 
     with warnings.catch_warnings():

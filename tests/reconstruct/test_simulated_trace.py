@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("bayesblis.simulate.trace_writer")
-engine = pytest.importorskip("bayesblis.simulate.engine")
-workload = pytest.importorskip("bayesblis.simulate.workload")
+import bayesblis.simulate.trace_writer  # noqa: F401
+import bayesblis.simulate.engine as engine
+import bayesblis.simulate.workload as workload
 
 from bayesblis.features.beta import AGGREGATES, BETA_FEATURES  # noqa: E402
 from bayesblis.io.otel import read_otel  # noqa: E402

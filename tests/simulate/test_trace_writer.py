@@ -33,7 +33,7 @@ def recorded(constants, tmp_path_factory):
 
 
 def test_otel_round_trip(recorded):
-    otel = pytest.importorskip("bayesblis.io.otel")
+    import bayesblis.io.otel as otel
     w, cfg, run, paths = recorded
     assert run.num_preemptions.sum() > 0          # the trace exercises PREEMPTED/RESUME
     tr = otel.read_otel(paths["traces"])
