@@ -17,6 +17,7 @@ from bayesblis.constants import CI_PROB, DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEAT
 from bayesblis.errors import UnseenLevelError
 from bayesblis.model.data import config_key, config_row
 from bayesblis.model.hierarchy import LEVELS
+from bayesblis.model.priors import STEP_CONSTANT_FEATURES
 
 LEVEL_COLUMNS = {short: column for short, _, column in LEVELS}
 
@@ -145,6 +146,12 @@ def _population_draws(post, name, dim, values, seen, rng):
         else:
             effect = tau * rng.standard_normal(tau.shape)
         theta[:, cols] += effect
+    if name == "beta" and "beta_tau_step_const" in post:
+        # a new configuration's per-step constant strays from its physics sum like a
+        # fitted one's does (model/hierarchy.py, LatencyModel._step_constant)
+        group = [features.index(f) for f in STEP_CONSTANT_FEATURES if f in features]
+        tau = _stacked(post, "beta_tau_step_const").values
+        theta[:, group] += (tau * rng.standard_normal(tau.shape))[:, None]
     return np.exp(theta)
 
 

@@ -6,6 +6,14 @@ For configuration ``c`` and coefficient ``k``::
                 + tau_family[k] z_family[f(c), k] + tau_config[k] z_config[c, k]
     beta[c, k]  = exp(theta[c, k])                         (non-centred, positive)
 
+The per-step constants (weight streaming, per-layer and per-step overheads:
+``STEP_CONSTANT_FEATURES``) are one number per step inside a configuration, so the data of
+that configuration fix only their sum. Each configuration therefore gets a centred
+per-step constant ``L[c] ~ Normal(log P[c], tau_step_const)``, ``P[c]`` being the sum the
+population coefficients predict, and those coefficients are scaled by ``exp(L[c]) / P[c]``
+(`LatencyModel._step_constant`): no ridge inside a configuration, and the split is learnt
+from how the constants vary across configurations.
+
 A window observation of ``n`` summed steps with summed features ``F`` has expected
 duration ``m = F . beta[c]`` and likelihood::
 
@@ -42,7 +50,7 @@ from bayesblis.constants import (DIM_ALPHA_FEATURE, DIM_ARCH, DIM_CONFIG, DIM_FA
                                  DIM_FEATURE, DIM_HARDWARE, DIM_OBS)
 from bayesblis.errors import BayesBlisError, FitNotDoneError
 from bayesblis.model.data import ModelData
-from bayesblis.model.priors import merge_priors
+from bayesblis.model.priors import STEP_CONSTANT_FEATURES, merge_priors
 
 LEVELS = (("arch", DIM_ARCH, "arch"), ("hardware", DIM_HARDWARE, "hardware"),
           ("family", DIM_FAMILY, "model_family"))
@@ -54,7 +62,7 @@ Every other kind (client-side reconstructions, request-level delays) gets its ow
 non-shrinking relative error ``sigma_kind``."""
 
 DEFAULT_SAMPLER = {"draws": 500, "tune": 500, "chains": 2, "target_accept": 0.9,
-                   "low_rank_mass_matrix": False, "max_treedepth": 10,
+                   "low_rank_mass_matrix": True, "max_treedepth": 10,
                    "seed": 1, "advi_iterations": 30000, "advi_learning_rate": 0.01}
 
 
@@ -123,14 +131,19 @@ class LatencyModel:
         cfg_idx = data.index_of(obs)
         beta_matrix = obs[beta_cols].to_numpy(float)
         bounds = np.searchsorted(cfg_idx, np.arange(len(configs) + 1))  # obs sorted by config
-        informed = {"beta": _informed(beta_matrix, bounds), "alpha": _informed(alpha_matrix, bounds)}
+        informed = _well_informed(beta_matrix, alpha_matrix, obs["n_steps"].to_numpy(float), bounds,
+                                  self.priors, self.beta_features, self.alpha_features)
         with pm.Model(coords=coords) as model:
-            beta = self._log_linear_coefficients("beta", DIM_FEATURE, self.priors["beta"],
-                                                 self.beta_features, level_index, hyper,
-                                                 informed["beta"], self.redundant_levels)
-            alpha = self._log_linear_coefficients("alpha", DIM_ALPHA_FEATURE, self.priors["alpha"],
-                                                  self.alpha_features, level_index, hyper,
-                                                  informed["alpha"], self.redundant_levels)
+            theta_beta = self._log_linear_coefficients(
+                "beta", DIM_FEATURE, self.priors["beta"], self.beta_features, level_index,
+                hyper, informed["beta"], self.redundant_levels)
+            beta = pm.Deterministic("beta", self._step_constant(
+                theta_beta, _per_step_reference(beta_matrix, obs["n_steps"].to_numpy(float), bounds),
+                hyper), dims=(DIM_CONFIG, DIM_FEATURE))
+            alpha = pm.Deterministic("alpha", pt.exp(self._log_linear_coefficients(
+                "alpha", DIM_ALPHA_FEATURE, self.priors["alpha"], self.alpha_features,
+                level_index, hyper, informed["alpha"], self.redundant_levels)),
+                dims=(DIM_CONFIG, DIM_ALPHA_FEATURE))
 
             sigma_step = pm.HalfNormal("sigma_step", hyper["sigma_step"], dims=DIM_CONFIG)
             approx = np.array([k not in EXACT_KINDS for k in kinds], float)
@@ -169,10 +182,33 @@ class LatencyModel:
         self._compiled = None
         return model
 
+    def _step_constant(self, theta, reference, hyper):
+        """Coefficients [config, feature] with one centred per-step constant per configuration.
+
+        The features of STEP_CONSTANT_FEATURES add up to a per-step constant that a
+        configuration's data pin down tightly while the split between them is free (a ridge).
+        So the model samples the configuration's log per-step constant ``L[c]`` directly,
+        ``L[c] ~ Normal(log P[c], tau_step_const)`` where ``P[c] = sum_k exp(theta[c, k])
+        ref[c, k]`` is the population prediction (``ref``: the configuration's mean per-step
+        feature value), and scales those coefficients by ``exp(L[c]) / P[c]``: the mean
+        step time depends on ``L[c]`` alone and the population coefficients learn the split
+        from how ``L`` varies across configurations.
+        """
+        group = [j for j, f in enumerate(self.beta_features) if f in STEP_CONSTANT_FEATURES]
+        self.step_constant_features = [self.beta_features[j] for j in group]
+        coef = pt.exp(theta)
+        if not group:
+            return coef
+        physics = (coef[:, group] * reference[:, group]).sum(axis=1)
+        tau = _level_scale("beta_tau_step_const", "step_const", hyper)
+        log_const = pm.Normal("beta_log_step_const", mu=pt.log(physics), sigma=tau, dims=DIM_CONFIG)
+        scale = pt.exp(log_const) / physics
+        return pt.set_subtensor(coef[:, group], coef[:, group] * scale[:, None])
+
     @staticmethod
     def _log_linear_coefficients(name, dim, priors, features, level_index, hyper, informed,
                                  redundant=()):
-        """exp(mu + sum of level effects), shape [config, feature].
+        """theta = mu + sum of level effects (log coefficients), shape [config, feature].
 
         Each coefficient gets the effects of the levels in its prior's `levels`; a level's
         effects live in ``{name}_z_{level}`` (non-centred, summing to zero over the level so
@@ -192,7 +228,8 @@ class LatencyModel:
                 continue
             sub_dim = f"{name}_{short}_feature"
             pm.modelcontext(None).add_coord(sub_dim, [features[i] for i in subset])
-            tau = pm.HalfNormal(f"{name}_tau_{short}", hyper[f"tau_{short}"], dims=sub_dim)
+            n_groups = len(pm.modelcontext(None).coords[level_dim])
+            tau = _level_scale(f"{name}_tau_{short}", short, hyper, sub_dim, n_groups)
             if short == "config":
                 theta = _config_level(name, theta, subset, tau, informed[:, subset])
                 continue
@@ -202,7 +239,7 @@ class LatencyModel:
                                  n_zerosum_axes=1)
             effect = (tau[None, :] * z)[level_index[short]]
             theta = pt.inc_subtensor(theta[:, subset], effect)
-        return pm.Deterministic(name, pt.exp(theta), dims=(DIM_CONFIG, dim))
+        return theta
 
     # ------------------------------------------------------------------ sample
     def _require_model(self):
@@ -354,12 +391,75 @@ class LatencyModel:
                            "alpha_features": self.alpha_features})
 
 
-def _informed(matrix: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """[config, feature]: True where some row of the configuration has the feature > 0."""
-    sums = np.add.reduceat(matrix, bounds[:-1], axis=0) if len(matrix) else np.zeros((0, matrix.shape[1]))
-    sizes = np.diff(bounds)
-    sums[sizes == 0] = 0.0
-    return sums > 0
+MIN_GROUPS_TO_LEARN_SCALE = 5
+"""A level with fewer groups (GPUs, families, dense/MoE) keeps its prior scale fixed: a
+spread cannot be learnt from 2-4 group effects (its posterior is the prior), and a free
+scale over so few non-centred effects makes a funnel the sampler diverges in."""
+
+
+def _level_scale(name, short, hyper, dims=None, n_groups=None):
+    """The scale of a level's effects (log scale).
+
+    Configuration effects and per-step constants (centred, many groups): a learnt scale
+    with a zero-avoiding Gamma(2, 2 / mean) prior (a centred effect whose scale can
+    collapse to 0 makes a funnel). Other levels: a HalfNormal scale when the level has at
+    least MIN_GROUPS_TO_LEARN_SCALE groups, else fixed at the HalfNormal's root mean
+    square (same prior variance of an effect), stored as a Deterministic.
+    """
+    if short in ("config", "step_const"):
+        mean = hyper[f"tau_{short}"]
+        return pm.Gamma(name, alpha=2.0, beta=2.0 / mean, dims=dims)
+    if n_groups is not None and n_groups < MIN_GROUPS_TO_LEARN_SCALE:
+        size = len(pm.modelcontext(None).coords[dims])
+        return pm.Deterministic(name, pt.fill(pt.zeros(size), hyper[f"tau_{short}"]), dims=dims)
+    return pm.HalfNormal(name, hyper[f"tau_{short}"], dims=dims)
+
+
+def _per_step_reference(matrix: np.ndarray, n_steps: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """[config, feature]: mean feature value per step of each configuration (the mean over
+    configurations that have steps for a configuration without any)."""
+    n_config = len(bounds) - 1
+    ref = np.zeros((n_config, matrix.shape[1]))
+    for c in range(n_config):
+        steps = n_steps[bounds[c]:bounds[c + 1]].sum()
+        if steps > 0:
+            ref[c] = matrix[bounds[c]:bounds[c + 1]].sum(axis=0) / steps
+    has = ref.sum(axis=1) > 0
+    if has.any() and not has.all():
+        ref[~has] = ref[has].mean(axis=0)
+    # a constant absent from a configuration still needs a positive reference for P[c]
+    return np.where(ref > 0, ref, 1e-12)
+
+
+CENTRE_SD_RATIO = 0.5
+"""A configuration effect is centred when the data alone would pin it to a log-scale sd
+below this fraction of the effect's prior scale (`tau_config`); otherwise non-centred."""
+
+
+def _well_informed(beta_matrix, alpha_matrix, n_steps, bounds, priors, beta_features,
+                   alpha_features) -> dict:
+    """{"beta", "alpha"}: [config, feature] True where one configuration's data pin the
+    coefficient's log down tightly (centred parameterisation), False where they do not
+    (non-centred: a centred effect the data barely inform makes a funnel with its scale).
+
+    The rule is the Fisher information of log(coef) at the prior medians with the prior
+    step noise: ``I = sum_i n_i (f_ik c_k / m_i)^2 / sigma_step^2`` (``m_i``: the window's
+    prior-median mean), centred when ``1 / sqrt(I) < CENTRE_SD_RATIO * tau_config``.
+    """
+    beta0 = np.array([priors["beta"][f]["median"] for f in beta_features], float)
+    alpha0 = np.array([priors["alpha"][f]["median"] for f in alpha_features], float)
+    parts = {"beta": beta_matrix * beta0, "alpha": alpha_matrix * alpha0}
+    mean = parts["beta"].sum(axis=1) + parts["alpha"].sum(axis=1)
+    weight = np.maximum(n_steps, 1.0) / priors["hyper"]["sigma_step"] ** 2
+    limit = (CENTRE_SD_RATIO * priors["hyper"]["tau_config"]) ** -2
+    out = {}
+    for name, part in parts.items():
+        share2 = (part / np.where(mean > 0, mean, 1.0)[:, None]) ** 2 * weight[:, None]
+        info = np.zeros((len(bounds) - 1, part.shape[1]))
+        for c in range(len(bounds) - 1):
+            info[c] = share2[bounds[c]:bounds[c + 1]].sum(axis=0)
+        out[name] = info > limit
+    return out
 
 
 def _config_level(name, theta, subset, tau, informed):

@@ -21,15 +21,49 @@ def test_model_has_finite_logp_and_gradient_at_initial_point():
     assert np.all(np.isfinite(model.compile_dlogp()(point)))
 
 
-def test_only_informed_config_effects_are_centred():
-    data, _ = synthetic_data(n_obs=10, tps=(1,))
-    model = LatencyModel().build_model(data)
-    # tp_comm is zero for TP1: its config effects stay non-centred (no funnel)
-    assert "beta_z_config" in model.named_vars
-    n_centred = model["beta_theta_config"].eval().shape[0]
-    n_configs = len(data.configs)
-    # config-level beta effects: prefill compute, kv traffic, tp comm; TP1 leaves tp comm off
-    assert n_centred == 2 * n_configs
+def test_config_effects_are_centred_only_where_the_data_pin_them_down():
+    def n_effects(model, name):
+        return model[name].eval().shape[0] if name in model.named_vars else 0
+
+    # config-level beta effects: prefill compute and kv traffic; alpha: none observed
+    few, _ = synthetic_data(n_obs=10, tps=(1,))
+    many, _ = synthetic_data(n_obs=400, tps=(1,))
+    n_configs = len(few.configs)
+    weak = LatencyModel().build_model(few)
+    assert n_effects(weak, "beta_theta_config") == 0
+    assert n_effects(weak, "beta_z_config") == 2 * n_configs
+    strong = LatencyModel().build_model(many)
+    assert n_effects(strong, "beta_theta_config") == 2 * n_configs
+    assert n_effects(strong, "beta_z_config") == 0
+    for model in (weak, strong):  # step data say nothing about alpha: never centred
+        assert n_effects(model, "alpha_theta_config") == 0
+        assert n_effects(model, "alpha_z_config") == 2 * n_configs
+
+
+def test_per_step_constant_alone_sets_the_constant_part_of_a_step():
+    """The step-constant coefficients of a configuration add up to exp(L[c]) per reference
+    step whatever the population coefficients are (no ridge inside a configuration)."""
+    from bayesblis.model.hierarchy import _per_step_reference
+    from bayesblis.model.priors import STEP_CONSTANT_FEATURES
+
+    data, _ = synthetic_data(n_obs=10)
+    lm = LatencyModel()
+    model = lm.build_model(data)
+    cols = [f"f_{f}" for f in lm.beta_features]
+    bounds = np.searchsorted(data.index_of(data.obs), np.arange(len(data.configs) + 1))
+    ref = _per_step_reference(data.obs[cols].to_numpy(float), data.obs["n_steps"].to_numpy(float),
+                              bounds)
+    group = [lm.beta_features.index(f) for f in STEP_CONSTANT_FEATURES]
+    beta_of = model.compile_fn(model.replace_rvs_by_values([model["beta"]])[0],
+                               inputs=model.value_vars, on_unused_input="ignore")
+    point = model.initial_point()
+    log_const = np.log(np.linspace(1e-3, 3e-3, len(data.configs)))
+    point["beta_log_step_const"] = log_const
+    for shift in (0.0, 0.7):  # move the population means: the per-step constant stays
+        point["beta_mu"] = point["beta_mu"] + shift
+        beta = beta_of(point)
+        np.testing.assert_allclose((beta[:, group] * ref[:, group]).sum(axis=1), np.exp(log_const),
+                                   rtol=1e-9)
 
 
 def test_prior_overrides_merge_and_reject_unknown_keys():
