@@ -76,13 +76,21 @@ class ModelData:
     def feature_columns(table: pd.DataFrame, prefix: str) -> list[str]:
         return [c for c in table.columns if c.startswith(prefix)]
 
-    def runs(self) -> list[str]:
-        """Sorted distinct runs (traced experiments)."""
-        return sorted(self.obs["run"].astype(str).unique())
-
     def has_repeated_runs(self) -> bool:
         """True when some configuration was traced in more than one run."""
         return bool((self.obs.groupby("config")["run"].nunique() > 1).any())
+
+    def repeated_runs(self) -> list[str]:
+        """Sorted runs of the configurations traced in more than one run: the only runs
+        with an effect of their own (a lone run's effect is its configuration's)."""
+        per_config = self.obs.groupby("config")["run"].nunique()
+        repeated = self.obs["config"].map(per_config) > 1
+        return sorted(self.obs.loc[repeated, "run"].astype(str).unique())
+
+    def run_slots(self, runs: list[str]) -> np.ndarray:
+        """Index of each observation's run in `runs`; ``len(runs)`` for any other run."""
+        lookup = {r: i for i, r in enumerate(runs)}
+        return self.obs["run"].astype(str).map(lookup).fillna(len(runs)).to_numpy(np.int64)
 
     def kinds(self) -> list[str]:
         """Sorted distinct observation kinds."""

@@ -21,7 +21,8 @@ duration ``m = F . beta[c]`` and likelihood::
 
 A run (one traced experiment) scales every expected duration by ``exp(tau_run z_run)``:
 machines, drivers and days differ, and a prediction for a new run draws a new factor.
-(Only when some configuration has several runs; otherwise a run is its configuration.)
+(Only runs of configurations traced several times get a factor; a lone run's effect
+would be its configuration's, a ridge.)
 ``sigma_kind`` (0 for kinds in EXACT_KINDS) is the error of the window's source (a reconstructed client-side
 window is less exact than a traced step gap) and does not shrink with ``n``. Alpha
 features enter the same mean (``m = F . beta[c] + A . alpha[c]``), so a TTFT window holds
@@ -106,8 +107,8 @@ class LatencyModel:
             if f"a_{name}" in obs.columns:
                 alpha_matrix[:, j] = obs[f"a_{name}"].to_numpy(float)
         kinds = data.kinds()
-        runs = data.runs()
-        run_idx = obs["run"].astype(str).map({r: i for i, r in enumerate(runs)}).to_numpy(np.int64)
+        runs = data.repeated_runs()
+        run_idx = data.run_slots(runs)
         kind_idx = obs["kind"].astype(str).map({k: i for i, k in enumerate(kinds)}).to_numpy(np.int64)
 
         coords = {
@@ -168,7 +169,8 @@ class LatencyModel:
                 run = pm.Data("run_idx", run_idx, dims=DIM_OBS)
                 tau_run = pm.HalfNormal("tau_run", hyper["tau_run"])
                 z_run = pm.Normal("z_run", 0.0, 1.0, dims="run")
-                mean = mean * pt.exp(tau_run * z_run)[run]
+                factor = pt.concatenate([pt.exp(tau_run * z_run), pt.ones(1)])  # lone runs: 1
+                mean = mean * factor[run]
             mean = pm.Deterministic("mean_s", mean, dims=DIM_OBS)
             step_var = sigma_step[cfg] ** 2 / pt.maximum(n_steps, 1.0) * (n_steps > 0)
             rel = pt.sqrt(step_var + kind_sigma[kind] ** 2)
@@ -348,7 +350,7 @@ class LatencyModel:
         known = list(self.data.configs["config"])
         data_cfg = list(data.configs["config"])
         if (data_cfg != known or not set(data.kinds()) <= set(self.model.coords["kind"])
-                or not set(data.runs()) <= set(self.model.coords["run"])):
+                or not set(data.repeated_runs()) <= set(self.model.coords["run"])):
             raise BayesBlisError("posterior predictive needs the fitted configurations; "
                                  "use coefficients for new ones")
         obs = data.obs
@@ -360,8 +362,8 @@ class LatencyModel:
                          "XA": alpha_matrix, "n_steps": obs["n_steps"].to_numpy(float),
                          "config_idx": data.index_of(obs),
                          "kind_idx": obs["kind"].astype(str).map(kinds.index).to_numpy(np.int64),
-                         **({"run_idx": obs["run"].astype(str).map(list(self.model.coords["run"]).index)
-                             .to_numpy(np.int64)} if "run_idx" in self.model.named_vars else {}),
+                         **({"run_idx": data.run_slots(list(self.model.coords["run"]))}
+                            if "run_idx" in self.model.named_vars else {}),
                          "y_s": obs["y_s"].to_numpy(float)},
                         coords={DIM_OBS: np.arange(len(obs))})
         self.data = data
