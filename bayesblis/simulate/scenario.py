@@ -86,6 +86,12 @@ class Scenario:
                                      expected="a larger tp, gpu_memory_utilization or an explicit value")
         if mml is None:
             mml = _max_position_embeddings(self.model) or int(kv) * int(v["block_size"])
+        if not v["enable_chunked_prefill"] and int(v["max_num_batched_tokens"]) < int(mml):
+            # as vLLM: without chunking a whole prompt must fit one step's token budget
+            raise InputError(self.source, f"max_num_batched_tokens {v['max_num_batched_tokens']} "
+                             f"< max_model_len {mml} with chunked prefill disabled",
+                             field="vllm.max_num_batched_tokens",
+                             expected=f">= max_model_len ({mml}), or enable_chunked_prefill: true")
         return EngineConfig(max_num_batched_tokens=int(v["max_num_batched_tokens"]),
                             max_num_seqs=int(v["max_num_seqs"]), max_model_len=int(mml),
                             kv_blocks_total=int(kv), block_size=int(v["block_size"]),

@@ -155,3 +155,16 @@ def test_real_stage_counts_match_lifecycle(real_dataset, real_experiments):
         lifecycle = [json.loads(p.read_text()) for p in stage_files]
         assert per_stage == [lc["load_summary"]["count"] for lc in lifecycle], exp.name
         assert list(src.tables["stage_measurements"].n_ok) == [lc["successes"]["count"] for lc in lifecycle]
+
+
+def test_atomic_writes_get_the_usual_file_permissions(tmp_path):
+    import os
+
+    from bayesblis.atomic import write_json
+
+    old = os.umask(0o022)
+    try:
+        write_json(tmp_path / "x.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "x.json").stat().st_mode & 0o777 == 0o644

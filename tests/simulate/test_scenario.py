@@ -59,6 +59,17 @@ def test_bad_scenario_names_file_and_field(tmp_path, patch, field):
     assert exc.value.field == field and str(p) in str(exc.value)
 
 
+def test_unchunked_prefill_needs_a_budget_for_the_longest_prompt(tmp_path):
+    """As vLLM: without chunked prefill a prompt must fit one step (else it would wait forever)."""
+    vllm = {**BASE["vllm"], "enable_chunked_prefill": False}
+    p = write(tmp_path, {**BASE, "vllm": vllm})
+    with pytest.raises(InputError) as exc:
+        Scenario.from_yaml(p).engine_config()
+    assert exc.value.field == "vllm.max_num_batched_tokens" and str(p) in str(exc.value)
+    ok = Scenario.from_yaml(write(tmp_path, {**BASE, "vllm": {**vllm, "max_num_batched_tokens": 4096}}))
+    assert ok.engine_config().enable_chunked_prefill is False
+
+
 def test_not_yaml_is_input_error(tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text("model: [unclosed")
