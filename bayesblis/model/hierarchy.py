@@ -197,7 +197,6 @@ class LatencyModel:
         from how ``L`` varies across configurations.
         """
         group = [j for j, f in enumerate(self.beta_features) if f in STEP_CONSTANT_FEATURES]
-        self.step_constant_features = [self.beta_features[j] for j in group]
         coef = pt.exp(theta)
         if not group:
             return coef
