@@ -159,14 +159,12 @@ def _flat(da):
     return da.stack(sample=("chain", "draw")).transpose("sample", ...)
 
 
-def pooled_draws(post, name: str, dim: str, configs) -> np.ndarray:
-    """[S, config, feature]: exp(mu + the configuration's level effects), i.e. what the
-    hierarchy predicts for the configuration without its own configuration effect."""
+def _level_effects(post, name: str, dim: str):
+    """Yield (level column, columns of `dim`, {level value: [S, len(columns)] effect draws})
+    for every pooling level that has effects in the posterior (tau * z)."""
     from bayesblis.model.hierarchy import LEVELS
 
-    mu = _flat(post[f"{name}_mu"]).values  # [S, K]
     features = [str(f) for f in post[dim].values]
-    theta = np.repeat(mu[:, None, :], len(configs), axis=1)
     for short, level_dim, column in LEVELS:
         z_name, tau_name = f"{name}_z_{short}", f"{name}_tau_{short}"
         if z_name not in post or tau_name not in post:
@@ -174,31 +172,32 @@ def pooled_draws(post, name: str, dim: str, configs) -> np.ndarray:
         tau_da = _flat(post[tau_name])
         cols = [features.index(str(f)) for f in tau_da[f"{name}_{short}_feature"].values]
         z = _flat(post[z_name])
-        labels = [str(v) for v in z[level_dim].values]
+        effects = {str(v): tau_da.values * z.isel({level_dim: i}).values
+                   for i, v in enumerate(z[level_dim].values)}
+        yield column, cols, effects
+
+
+def pooled_draws(post, name: str, dim: str, configs) -> np.ndarray:
+    """[S, config, feature]: exp(mu + the configuration's level effects), i.e. what the
+    hierarchy predicts for the configuration without its own configuration effect."""
+    mu = _flat(post[f"{name}_mu"]).values  # [S, K]
+    theta = np.repeat(mu[:, None, :], len(configs), axis=1)
+    for column, cols, effects in _level_effects(post, name, dim):
         for c, value in enumerate(configs[column].astype(str)):
-            if value in labels:
-                theta[:, c, cols] += tau_da.values * z.isel({level_dim: labels.index(value)}).values
+            if value in effects:
+                theta[:, c, cols] += effects[value]
     return np.exp(theta)
 
 
 def level_draws(post, name: str, dim: str) -> dict:
     """{(level column, value): [S, feature] draws of exp(mu + that level's effect)}: the
     pooled coefficient of one level with the other levels at their (zero) mean."""
-    from bayesblis.model.hierarchy import LEVELS
-
     mu = _flat(post[f"{name}_mu"]).values
-    features = [str(f) for f in post[dim].values]
     out = {("population", "all"): np.exp(mu)}
-    for short, level_dim, column in LEVELS:
-        z_name, tau_name = f"{name}_z_{short}", f"{name}_tau_{short}"
-        if z_name not in post or tau_name not in post:
-            continue
-        tau_da = _flat(post[tau_name])
-        cols = [features.index(str(f)) for f in tau_da[f"{name}_{short}_feature"].values]
-        z = _flat(post[z_name])
-        for i, value in enumerate(str(v) for v in z[level_dim].values):
+    for column, cols, effects in _level_effects(post, name, dim):
+        for value, effect in effects.items():
             theta = mu.copy()
-            theta[:, cols] += tau_da.values * z.isel({level_dim: i}).values
+            theta[:, cols] += effect
             out[(column, value)] = np.exp(theta)
     return out
 
