@@ -7,6 +7,26 @@ from pathlib import Path
 import click
 
 
+def ppc_options(command):
+    """The options shared by `check` and `report`: draws, LOO, and where the fitted data is."""
+    options = [
+        click.option("--draws", "n_draws", default=200, show_default=True,
+                     type=click.IntRange(min=10),
+                     help="Posterior draws used (evenly thinned)."),
+        click.option("--no-loo", is_flag=True, help="Skip PSIS-LOO (no log-likelihood evaluation)."),
+        click.option("--dataset", type=click.Path(exists=True, file_okay=False), default=None,
+                     help="Dataset folder the posterior was fitted on; only needed for posterior "
+                          "files that hold no observation table."),
+        click.option("--max-obs-per-config", type=int, default=None,
+                     help="With --dataset: the subsample the fit used (the demo uses 400; the seed "
+                          "must be the fit's too)."),
+        click.option("--seed", default=0, show_default=True, type=int),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @click.command("check")
 @click.argument("posterior", type=click.Path(exists=True, dir_okay=False))
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
@@ -14,17 +34,8 @@ import click
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False), default=None,
               help="Folder for PNG figures: one per configuration (observed vs replicated "
                    "ECDF and PIT), coverage and Pareto k.")
-@click.option("--draws", "n_draws", default=200, show_default=True, type=click.IntRange(min=10),
-              help="Posterior draws used (evenly thinned).")
-@click.option("--no-loo", is_flag=True, help="Skip PSIS-LOO (no log-likelihood evaluation).")
-@click.option("--dataset", type=click.Path(exists=True, file_okay=False), default=None,
-              help="Dataset folder the posterior was fitted on; only needed for posterior "
-                   "files that hold no observation table.")
+@ppc_options
 @click.option("--hardware", default=None, help="With --dataset: GPU of sources that name none.")
-@click.option("--max-obs-per-config", type=int, default=None,
-              help="With --dataset: the subsample the fit used (the demo uses 400; the seed "
-                   "must be the fit's too).")
-@click.option("--seed", default=0, show_default=True, type=int)
 def command(posterior, out_path, plots_dir, n_draws, no_loo, dataset, hardware,
             max_obs_per_config, seed):
     """Observed vs replicated observations, interval coverage, PIT and PSIS-LOO per

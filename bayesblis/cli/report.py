@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from bayesblis.cli.check import ppc_options
+
 
 @click.command("report")
 @click.argument("posterior", type=click.Path(exists=True, dir_okay=False))
@@ -12,15 +14,7 @@ import click
                    "probability-of-SLO curves.")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
               help="HTML file to write, e.g. report.html.")
-@click.option("--draws", "n_draws", default=200, show_default=True, type=click.IntRange(min=10),
-              help="Posterior draws used by the posterior-predictive checks.")
-@click.option("--no-loo", is_flag=True, help="Skip PSIS-LOO in the checks.")
-@click.option("--dataset", type=click.Path(exists=True, file_okay=False), default=None,
-              help="Dataset folder the posterior was fitted on (only for posterior files "
-                   "without an observation table).")
-@click.option("--max-obs-per-config", type=int, default=None,
-              help="With --dataset: the subsample the fit used (the demo uses 400).")
-@click.option("--seed", default=0, show_default=True, type=int)
+@ppc_options
 def command(posterior, plan_path, out_path, n_draws, no_loo, dataset, max_obs_per_config, seed):
     """Data summary, diagnostics, coefficients, shrinkage, posterior-predictive checks and
     (with --plan) the capacity plan, in one HTML file that needs no network."""
