@@ -122,27 +122,38 @@ def coefficient_draws(posterior, *, model: str, model_family: str, arch: str, ha
     return draws
 
 
-def _population_draws(post, name, dim, values, seen, rng):
-    """exp(mu + level effects + a fresh config effect) for an unfitted configuration.
-
-    Seen levels contribute their posterior effects (0 when the fit gave that level no
-    effect: a single group, or a grouping identical to a finer level's); unseen ones (and
-    the new configuration itself) a fresh Normal(0, tau) draw per posterior sample.
-    """
-    theta = _stacked(post, f"{name}_mu").values.copy()  # [S, K]
+def level_effects(post, name: str, dim: str):
+    """Yield (level short name, level column, columns of `dim`, tau [S, k], effects) for every
+    pooling level with a scale in the posterior (config included, last); `effects` maps each
+    fitted level value to its [S, k] effect draws tau * z (empty when the fit gave the level
+    no effect: a single group, or a grouping identical to a finer level's)."""
     features = [str(f) for f in post[dim].values]
-    for short, level_dim, _ in (*LEVELS, ("config", DIM_CONFIG, "config")):
+    for short, level_dim, column in (*LEVELS, ("config", DIM_CONFIG, "config")):
         if f"{name}_tau_{short}" not in post:
             continue
         tau_da = _stacked(post, f"{name}_tau_{short}")
         cols = [features.index(str(f)) for f in tau_da[f"{name}_{short}_feature"].values]
         tau = tau_da.values
-        if short != "config" and str(values[short]) in seen[short]:
-            if f"{name}_z_{short}" not in post:
-                continue
+        effects = {}
+        if short != "config" and f"{name}_z_{short}" in post:
             z = _stacked(post, f"{name}_z_{short}")
-            labels = [str(v) for v in z[level_dim].values]
-            effect = tau * z.isel({level_dim: labels.index(str(values[short]))}).values
+            effects = {str(v): tau * z.isel({level_dim: i}).values
+                       for i, v in enumerate(z[level_dim].values)}
+        yield short, column, cols, tau, effects
+
+
+def _population_draws(post, name, dim, values, seen, rng):
+    """exp(mu + level effects + a fresh config effect) for an unfitted configuration.
+
+    Seen levels contribute their posterior effects (0 when the fit gave that level no
+    effect); unseen ones (and the new configuration itself) a fresh Normal(0, tau) draw per
+    posterior sample.
+    """
+    theta = _stacked(post, f"{name}_mu").values.copy()  # [S, K]
+    features = [str(f) for f in post[dim].values]
+    for short, _, cols, tau, effects in level_effects(post, name, dim):
+        if short != "config" and str(values[short]) in seen[short]:
+            effect = effects.get(str(values[short]), 0.0)
         else:
             effect = tau * rng.standard_normal(tau.shape)
         theta[:, cols] += effect

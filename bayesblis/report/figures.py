@@ -160,21 +160,13 @@ def _flat(da):
 
 
 def _level_effects(post, name: str, dim: str):
-    """Yield (level column, columns of `dim`, {level value: [S, len(columns)] effect draws})
-    for every pooling level that has effects in the posterior (tau * z)."""
-    from bayesblis.model.hierarchy import LEVELS
+    """(level column, columns of `dim`, {level value: [S, k] effect draws}) of every fitted
+    pooling level above the configuration."""
+    from bayesblis.coefficients import level_effects
 
-    features = [str(f) for f in post[dim].values]
-    for short, level_dim, column in LEVELS:
-        z_name, tau_name = f"{name}_z_{short}", f"{name}_tau_{short}"
-        if z_name not in post or tau_name not in post:
-            continue
-        tau_da = _flat(post[tau_name])
-        cols = [features.index(str(f)) for f in tau_da[f"{name}_{short}_feature"].values]
-        z = _flat(post[z_name])
-        effects = {str(v): tau_da.values * z.isel({level_dim: i}).values
-                   for i, v in enumerate(z[level_dim].values)}
-        yield column, cols, effects
+    for short, column, cols, _, effects in level_effects(post, name, dim):
+        if effects:
+            yield column, cols, effects
 
 
 def pooled_draws(post, name: str, dim: str, configs) -> np.ndarray:

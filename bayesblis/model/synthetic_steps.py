@@ -1,0 +1,88 @@
+"""Synthetic step observations drawn from a known hierarchy (tests and benchmarks).
+
+Each configuration (hardware x model family x TP) gets true coefficients
+``beta = exp(log prior median + u_hardware + u_family + e_config)`` (level effects with
+log-scale sd 0.15, configuration effects with sd 0.05) and ``n_obs`` engine steps whose
+beta features (in seconds of physics-predicted time, see data_specs/features.md) are:
+
+- ``prefill_compute_s``: Exponential(mean 5 ms) in half the steps, else 0;
+- ``decode_compute_s``: Uniform(0.1, 1) ms; ``kv_traffic_s``: Uniform(0.1, 3) ms;
+- ``weight_traffic_s``: one value per configuration, Uniform(2, 4) ms / TP;
+- ``tp_comm_s``: Uniform(0.1, 1) ms when TP > 1; ``ep_comm_s``, ``offload_s``: 0;
+- overheads in µs counts: layers of the family, 1-63 requests, 1 step.
+
+A step's duration is ``y_s = |X . beta (1 + noise_rel t_5)|`` (Student-t with 5 degrees
+of freedom, relative scale ``noise_rel``), observed as kind ``step`` with ``n_steps = 1``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from bayesblis.model.data import ModelData, config_key
+from bayesblis.model.priors import BETA_PRIORS
+
+FEATURES = list(BETA_PRIORS)
+"""Beta feature names, in the column order of the generated observation table."""
+
+LAYERS = {"llama": 32, "qwen3": 40, "mixtral": 32, "qwen3_moe": 48}
+"""Layer count per model family (the per-layer overhead feature)."""
+
+FLEET_HARDWARE = ("H100-SXM", "A100-SXM-80GB", "L40S")
+FLEET_FAMILIES = (("llama", "dense"), ("qwen3", "dense"), ("mixtral", "moe"),
+                  ("qwen3_moe", "moe"))
+FLEET_TPS = (1, 2)
+"""The benchmark fleet: 3 GPUs x 4 families (2 dense, 2 MoE) x TP 1/2 = 24 configurations."""
+
+
+def synthetic_data(hardware=("H100-SXM", "A100-SXM-80GB"),
+                   families=(("llama", "dense"), ("qwen3", "dense"), ("mixtral", "moe")),
+                   tps=(1, 2), n_obs=40, noise=0.05, seed=0):
+    """(ModelData, {config: true beta vector}) with `n_obs` step observations per
+    configuration (see module docstring; `noise` is the relative step noise scale)."""
+    rng = np.random.default_rng(seed)
+    mu = np.log([BETA_PRIORS[f]["median"] for f in FEATURES])
+    u_hw = {h: rng.normal(0, 0.15, len(FEATURES)) for h in hardware}
+    u_fam = {f: rng.normal(0, 0.15, len(FEATURES)) for f, _ in families}
+    rows, obs, truth = [], [], {}
+    for h in hardware:
+        for fam, arch in families:
+            for tp in tps:
+                key = config_key(f"{fam}-m", h, tp)
+                rows.append(dict(config=key, model=f"{fam}-m", model_family=fam, arch=arch,
+                                 hardware=h, tp=tp, ep=1, dtype="bf16"))
+                beta = np.exp(mu + u_hw[h] + u_fam[fam] + rng.normal(0, 0.05, len(FEATURES)))
+                truth[key] = beta
+                X = _step_features(rng, n_obs, tp, LAYERS[fam])
+                y = X @ beta * (1 + noise * rng.standard_t(5, n_obs))
+                frame = pd.DataFrame(X, columns=[f"f_{f}" for f in FEATURES])
+                frame["y_s"] = np.abs(y)
+                frame["n_steps"] = 1
+                frame["kind"] = "step"
+                frame["config"] = key
+                obs.append(frame)
+    return ModelData(pd.DataFrame(rows), pd.concat(obs, ignore_index=True)), truth
+
+
+def _step_features(rng, n_obs: int, tp: int, n_layers: int) -> np.ndarray:
+    """[n_obs, feature] beta features of `n_obs` steps of one configuration."""
+    X = np.zeros((n_obs, len(FEATURES)))
+    X[:, 0] = rng.exponential(5e-3, n_obs) * (rng.random(n_obs) < 0.5)
+    X[:, 1] = rng.uniform(1e-4, 1e-3, n_obs)
+    X[:, 2] = rng.uniform(2e-3, 4e-3) / tp
+    X[:, 3] = rng.uniform(1e-4, 3e-3, n_obs)
+    X[:, 4] = (tp > 1) * rng.uniform(1e-4, 1e-3, n_obs)
+    X[:, 7] = n_layers * 1e-6
+    X[:, 8] = rng.integers(1, 64, n_obs) * 1e-6
+    X[:, 9] = 1e-6
+    return X
+
+
+def synthetic_fleet(n_obs_total: int, noise: float = 0.05, seed: int = 0):
+    """(ModelData, truth) of the 24-configuration benchmark fleet with about
+    `n_obs_total` step observations in all (split evenly across configurations)."""
+    n_configs = len(FLEET_HARDWARE) * len(FLEET_FAMILIES) * len(FLEET_TPS)
+    return synthetic_data(hardware=FLEET_HARDWARE, families=FLEET_FAMILIES, tps=FLEET_TPS,
+                          n_obs=max(1, int(round(n_obs_total / n_configs))), noise=noise,
+                          seed=seed)
