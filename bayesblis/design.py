@@ -73,8 +73,10 @@ def source_observations(source, deployment, *, kinds=None) -> tuple[pd.DataFrame
             warnings.warn(f"source '{source.name}': bayesblis.client_windows is not available yet; "
                           f"inference-perf source skipped", stacklevel=3)
             return pd.DataFrame(columns=list(OBS_COLUMNS)), {"skipped": "client_windows unavailable"}
-        obs = fn(source, deployment)
-        obs = pd.DataFrame(obs).copy()
+        obs = pd.DataFrame(fn(source, deployment)).copy()
+        if obs.empty:
+            return pd.DataFrame(columns=list(OBS_COLUMNS)), {
+                "skipped": "no usable window (every stage had client errors)"}
         if "source" not in obs.columns or obs["source"].isna().all():
             obs["source"] = source.name
         if kinds is not None:

@@ -170,17 +170,24 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
     if holdout == "experiment":
         model = LatencyModel(sampler_config=sampler)
         model.build_model(data, weighted=True)
+        fit_on_all = None  # (view, fold info): runs without windows share the fit on all
         for name, source in sources.items():
             weight = (model.data.obs["run"].astype(str) != name).to_numpy(float)
             echo(f"[{len(folds_info) + 1}/{len(sources)}] fit without {name} "
                  f"({int(weight.sum())} windows) ...")
-            model.refit_weighted(weight, method=method)
-            diag = model.fit_info["diagnostics"]
-            result = predict_experiment(source, _posterior_view(model), hardware=hardware,
+            if weight.all() and fit_on_all is not None:
+                view, info = fit_on_all
+            else:
+                model.refit_weighted(weight, method=method)
+                view, info = _posterior_view(model), _fold_info(name, model,
+                                                                model.fit_info["diagnostics"])
+                if weight.all():
+                    fit_on_all = view, info
+            result = predict_experiment(source, view, hardware=hardware,
                                         n_draws=n_draws, seed=seed, allow_unseen=False,
                                         max_duration_s=max_duration_s)
             records += compare(source, result, fold=name, holdout=holdout)
-            folds_info.append(_fold_info(name, model, diag))
+            folds_info.append({**info, "fold": name})
             echo(_format_records(records[-len(result["stages"]):]))
     elif holdout == "model":
         models = sorted(data.configs["model"].unique())
@@ -193,7 +200,7 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
             model.fit(method=method, progressbar=False)
             view = _posterior_view(model)
             for name, source in sources.items():
-                if source_model(source, data) != held:
+                if source_model(source, hardware) != held:
                     continue
                 result = predict_experiment(source, view, hardware=hardware, n_draws=n_draws,
                                             seed=seed, allow_unseen=True,
@@ -208,11 +215,13 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
             "records": records, "folds": folds_info, "summary": summarize(records, holdout)}
 
 
-def source_model(source, data: ModelData) -> str:
-    """The catalog model name of a source (via its observation rows' configuration)."""
-    rows = data.obs.loc[data.obs["run"].astype(str) == source.name, "config"]
-    cfg = rows.iloc[0]
-    return str(data.configs.loc[data.configs["config"] == cfg, "model"].iloc[0])
+def source_model(source, hardware: str) -> str:
+    """The catalog model name of a source (from its deployment: a source may have no
+    observation rows)."""
+    from bayesblis.design import deployment_for_source
+    from bayesblis.model.data import config_row
+
+    return str(config_row(deployment_for_source(source, hardware))["model"])
 
 
 def _thin_per_run(data: ModelData, max_obs_per_run: int | None, seed: int) -> ModelData:

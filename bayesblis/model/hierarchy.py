@@ -65,7 +65,10 @@ non-shrinking relative error ``sigma_kind``."""
 DEFAULT_SAMPLER = {"draws": 500, "tune": 500, "chains": 2, "target_accept": 0.9,
                    "low_rank_mass_matrix": True, "max_treedepth": 10,
                    "seed": 1, "advi_iterations": 30000, "advi_learning_rate": 0.01,
-                   "store_obs_means": True}
+                   "store_obs_means": True, "advi_mode": None}
+"""``advi_mode``: pytensor compile mode of the ADVI step (None: pytensor's default, C;
+"NUMBA": longer compile, about 6x faster steps on this model); ``store_obs_means``: keep
+the per-observation ``mean_s`` in NUTS traces."""
 
 
 class LatencyModel:
@@ -355,10 +358,12 @@ class LatencyModel:
 
     def _fit_advi(self, cfg, progressbar):
         with self.model:
+            mode = {"fn_kwargs": {"mode": cfg["advi_mode"]}} if cfg.get("advi_mode") else {}
             approx = pm.fit(n=cfg["advi_iterations"], method="advi",
                             obj_optimizer=pm.adam(learning_rate=cfg["advi_learning_rate"]),
                             random_seed=cfg["seed"], progressbar=progressbar,
-                            callbacks=[pm.callbacks.CheckParametersConvergence(tolerance=1e-3)])
+                            callbacks=[pm.callbacks.CheckParametersConvergence(tolerance=1e-3)],
+                            **mode)
             idata = approx.sample(cfg["draws"] * cfg["chains"], random_seed=cfg["seed"])
         self.fit_info["advi_loss"] = [float(x) for x in approx.hist[-100:]]
         return idata

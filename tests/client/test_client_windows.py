@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from bayesblis.client_windows import (_active_integrals, client_windows, prefill_aggregates,
-                                      queueing_requests)
+                                      queueing_requests, requests_in_error_stages)
 from bayesblis.features.alpha import ALPHA_FEATURES
 from bayesblis.features.beta import BETA_FEATURES
 from bayesblis.features.physics import Deployment
@@ -68,6 +68,23 @@ def test_queueing_stages_are_recognised():
     req = pd.DataFrame({"ttft_s": [0.05] * 4 + [5.0] * 4, "e2e_s": [2.0] * 4 + [8.0] * 4,
                         "output_tokens": [200] * 8, "stage": [0] * 4 + [1] * 4})
     assert list(queueing_requests(req)) == [4, 5, 6, 7]
+
+
+def test_stages_with_client_errors_give_no_windows():
+    """Timed-out requests still loaded the server but left no timings: a stage with more
+    than 1% of them would have too small reconstructed batches, so it gives no window."""
+    rng = np.random.default_rng(1)
+    n = 60
+    req = pd.DataFrame({"arrival_s": np.arange(n) * 0.2, "ttft_s": 0.03, "e2e_s": 2.0,
+                        "prompt_tokens": 500, "output_tokens": rng.integers(150, 250, n),
+                        "has_error": False, "stage": np.repeat([0, 1], n // 2)})
+    req.loc[40:41, ["has_error", "ttft_s", "e2e_s"]] = [True, np.nan, np.nan]
+    assert list(requests_in_error_stages(req)) == list(range(30, 60))  # 2 of 30 failed
+    dep = Deployment("llama-2-7b", "H100", tp=1)
+    obs = client_windows(req, dep, max_num_batched_tokens=2048, config="c", min_gap_s=0.0)
+    assert len(obs) and obs["request_id"].max() < 30
+    req["has_error"] = True
+    assert client_windows(req, dep, max_num_batched_tokens=2048, config="c").empty
 
 
 @pytest.mark.skipif(not REAL.exists(), reason="shared real data not present")

@@ -1,0 +1,52 @@
+"""Scale helpers: summing similar steps into windows, minibatch ADVI (tiny data, fast)."""
+
+import numpy as np
+import pytest
+
+from bayesblis.errors import BayesBlisError
+from bayesblis.model.hierarchy import LatencyModel
+from bayesblis.model.reduce import WINDOW_KIND, similarity_order, sum_similar_steps
+
+from model_helpers import synthetic_data
+
+
+def test_similarity_order_is_a_permutation_whose_cells_are_close():
+    rng = np.random.default_rng(0)
+    points = rng.uniform(size=(203, 2))
+    order = similarity_order(points, 4)
+    assert sorted(order.tolist()) == list(range(203))
+    cells = points[order[:200]].reshape(50, 4, 2)
+    # a cell spans far less than the unit square (a random 4-point cell spans ~0.6)
+    assert np.median(np.ptp(cells, axis=1).max(axis=1)) < 0.35
+
+
+def test_summed_windows_keep_totals_per_configuration():
+    data, _ = synthetic_data(n_obs=23)
+    reduced = sum_similar_steps(data, 5)
+    assert set(reduced.obs["kind"]) == {WINDOW_KIND}
+    assert len(reduced.obs) == len(data.configs) * 5  # 23 steps -> 4 windows of 5 + 1 of 3
+    cols = ["y_s", "n_steps", *data.feature_columns(data.obs, "f_")]
+    np.testing.assert_allclose(reduced.obs.groupby("config")[cols].sum(),
+                               data.obs.groupby("config")[cols].sum(), rtol=1e-12)
+    assert sum_similar_steps(data, 1) is data
+
+
+def test_minibatch_advi_fits_and_refuses_nuts():
+    data, _ = synthetic_data(n_obs=50)
+    model = LatencyModel(sampler_config={"advi_iterations": 200, "draws": 20, "chains": 1})
+    model.build_model(data, minibatch_size=32)
+    assert "mean_s" not in model.model.named_vars
+    idata = model.fit(method="advi", progressbar=False)
+    assert idata.posterior["beta"].sizes["draw"] == 20
+    assert np.isfinite(idata.posterior["beta"].values).all()
+    with pytest.raises(BayesBlisError, match="minibatch"):
+        model.fit(method="nuts", progressbar=False)
+
+
+def test_nuts_trace_can_leave_out_observation_means():
+    data, _ = synthetic_data(n_obs=5)
+    model = LatencyModel(sampler_config={"store_obs_means": False})
+    model.build_model(data)
+    names = model._trace_names(model.sampler_config)
+    assert "mean_s" not in names and "beta" in names
+    assert LatencyModel()._trace_names(LatencyModel().sampler_config) is None  # default: all
