@@ -185,17 +185,19 @@ def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens
         start=arrival))
 
     table = pd.concat(rows, ignore_index=True)
-    queued = queueing_requests(ok)
-    table = table[~((table["kind"] == "client_ttft") & table["request_id"].isin(queued))]
-    table = table[~table["request_id"].isin(requests_in_error_stages(requests))]
+    left_out = np.union1d(queueing_requests(ok), requests_in_error_stages(requests))
+    table = table[~table["request_id"].isin(left_out)]
     if table.empty:
         return pd.DataFrame()
     return thin_windows(table, min_gap_s=min_gap_s, seed=seed)
 
 
 QUEUEING_TTFT_RATIO = 10.0
-"""A stage whose median TTFT exceeds this many median per-token decode times is queueing:
-its TTFTs are waits in the queue, which only the simulator can explain."""
+"""A stage whose median TTFT exceeds this many median per-token decode times is queueing
+and gives no windows: its TTFTs are waits in the queue, which only the simulator can
+explain, and its server runs at its limits (every sequence slot taken, KV cache near full,
+preemption by recompute), so a request's decode window may hold steps in which it was
+preempted rather than decoding: the one-token-per-step count no longer holds."""
 
 
 def queueing_requests(requests: pd.DataFrame) -> np.ndarray:

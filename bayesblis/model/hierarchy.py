@@ -314,6 +314,8 @@ class LatencyModel:
                          "obs_per_kind": self.data.obs["kind"].value_counts().to_dict(),
                          "sampler_config": {k: v for k, v in cfg.items()},
                          "diagnostics": diagnose(idata, method)}
+        if method == "advi":  # the last 100 losses (set by _fit_advi; kept past the reset)
+            self.fit_info["advi_loss"] = self._advi_loss
         return idata
 
     def refit_weighted(self, weight: np.ndarray, method: str = "nuts", progressbar: bool = False,
@@ -365,7 +367,7 @@ class LatencyModel:
                             callbacks=[pm.callbacks.CheckParametersConvergence(tolerance=1e-3)],
                             **mode)
             idata = approx.sample(cfg["draws"] * cfg["chains"], random_seed=cfg["seed"])
-        self.fit_info["advi_loss"] = [float(x) for x in approx.hist[-100:]]
+        self._advi_loss = [float(x) for x in approx.hist[-100:]]
         return idata
 
     def sample_posterior_predictive(self, data: ModelData | None = None, seed: int | None = None):

@@ -139,8 +139,12 @@ def _draw_chunk(task: dict) -> list[dict]:
 def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float | None = None,
                  ci_prob: float = CI_PROB, progress=None, deployment=None,
                  n_workers: int | None = None, scheduler: str | None = None,
-                 chunk_size: int | None = None, dask_workers: int = 2) -> dict:
+                 chunk_size: int | None = None, dask_workers: int = 2,
+                 keep_draws: bool = False) -> dict:
     """Simulate `scenario` once per draw and return the RESULT.json document.
+
+    `keep_draws`: also return every draw's stage metrics under ``per_draw_stages`` (a list
+    per stage of {metric: [D values]}; not part of RESULT.json).
 
     `progress`: optional callable(i) after each draw (e.g. a tqdm update);
     `n_workers`: threads running draws in parallel (default: CPU count; on Dask, per task,
@@ -204,7 +208,9 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
         st.update(block(per_draw["stages"][s]))
         stages.append(st)
     summary = block(per_draw["summary"])
+    extra = {"per_draw_stages": per_draw["stages"]} if keep_draws else {}
     return {
+        **extra,
         "result_version": RESULT_VERSION,
         "summary": summary,
         "stages": stages,

@@ -36,5 +36,12 @@ def test_validate_small_slice(tmp_path):
             assert rec[f"pred_{metric}_lo"] <= rec[f"pred_{metric}"] <= rec[f"pred_{metric}_hi"]
             # a fit on one other run of the same model lands within 50%
             assert rec[f"abs_pct_error_{metric}"] < 50
+    # intervals widened by the discrepancy calibrated on the fold's other (training) run
+    for fold in report["folds"]:
+        assert fold["discrepancy"]["e2e_mean_s"]["n_stages"] >= 1
+    for rec in stage0:
+        assert rec["pred_e2e_mean_s_hi"] - rec["pred_e2e_mean_s_lo"] >= \
+            rec["model_pred_e2e_mean_s_hi"] - rec["model_pred_e2e_mean_s_lo"]
+    assert "coverage_90_posterior_only" in report["summary"]
     assert "median |error| e2e_mean" in format_table(report)
     json.dumps(report)

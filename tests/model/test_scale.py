@@ -29,6 +29,9 @@ def test_summed_windows_keep_totals_per_configuration():
     np.testing.assert_allclose(reduced.obs.groupby("config")[cols].sum(),
                                data.obs.groupby("config")[cols].sum(), rtol=1e-12)
     assert sum_similar_steps(data, 1) is data
+    spread = sum_similar_steps(data, 5, similarity="spread")
+    np.testing.assert_allclose(spread.obs.groupby("config")[cols].sum(),
+                               data.obs.groupby("config")[cols].sum(), rtol=1e-12)
 
 
 def test_minibatch_advi_fits_and_refuses_nuts():
@@ -39,6 +42,7 @@ def test_minibatch_advi_fits_and_refuses_nuts():
     idata = model.fit(method="advi", progressbar=False)
     assert idata.posterior["beta"].sizes["draw"] == 20
     assert np.isfinite(idata.posterior["beta"].values).all()
+    assert len(model.fit_info["advi_loss"]) == 100  # kept in fit_info
     with pytest.raises(BayesBlisError, match="minibatch"):
         model.fit(method="nuts", progressbar=False)
 

@@ -1,0 +1,65 @@
+"""Simulator discrepancy: how far measured stage metrics fall from simulated ones beyond what
+the posterior predictive already allows, calibrated on the runs a fit was trained on, and
+used to widen the predictive intervals of a new run.
+
+The posterior says how uncertain the coefficients (and a new run's effect) are; it does not
+say how well the simulator, driven by the right coefficients, reproduces a run's stage
+means (the batch timeline behind the client windows is an approximation, request-level
+effects the features lack). So, for a fit and the runs it saw, each normal-load stage is
+simulated with the fit's predictive for a new run and compared with what was measured::
+
+    d[stage, metric] = log(measured / predicted mean)
+    sd_obs  = 1.4826 * median(|d|)            (MAD about zero: an offset counts too;
+                                                robust to stages at a queueing cliff)
+    sd_post = median over stages of log(hi / lo) / (2 * 1.645)   (the predictive's own spread)
+    sd      = sqrt(max(0, sd_obs^2 - sd_post^2))
+
+A prediction's draws ``x`` are then widened to ``x * exp(sd * z)``, ``z ~ Normal(0, 1)``,
+``WIDEN_SAMPLES`` per draw: intervals come from that mixture; the point prediction (mean,
+median of the draws) is left as the model gives it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAD_TO_SD = 1.4826
+WIDEN_SAMPLES = 50
+"""Discrepancy samples per posterior draw (interval quantiles of the mixture)."""
+
+
+def robust_sd(log_ratios) -> float:
+    """1.4826 * median(|d|): the spread of log(measured / predicted) about zero."""
+    d = np.abs(np.asarray(log_ratios, float))
+    d = d[np.isfinite(d)]
+    return float(MAD_TO_SD * np.median(d)) if len(d) else 0.0
+
+
+def discrepancy_sd(records: list[dict], metrics, ci_prob: float = 0.9) -> dict:
+    """{metric: {"sd", "sd_observed", "sd_posterior", "n_stages"}} from validation-style
+    records of training runs (normal-load stages only): ``measured_<m>``, ``pred_<m>`` (the
+    predictive mean) and ``pred_<m>_lo/hi`` (its `ci_prob` interval)."""
+    from scipy.stats import norm
+
+    z = norm.ppf((1 + ci_prob) / 2)
+    out = {}
+    for metric in metrics:
+        rows = [r for r in records if not r["overloaded"] and r.get(f"pred_{metric}", 0) > 0
+                and r[f"measured_{metric}"] > 0 and r.get(f"pred_{metric}_lo", 0) > 0]
+        d = [np.log(r[f"measured_{metric}"] / r[f"pred_{metric}"]) for r in rows]
+        spread = [np.log(r[f"pred_{metric}_hi"] / r[f"pred_{metric}_lo"]) / (2 * z) for r in rows]
+        sd_obs = robust_sd(d)
+        sd_post = float(np.median(spread)) if spread else 0.0
+        out[metric] = {"sd": float(np.sqrt(max(0.0, sd_obs ** 2 - sd_post ** 2))),
+                       "sd_observed": sd_obs, "sd_posterior": sd_post, "n_stages": len(rows)}
+    return out
+
+
+def widened_interval(draws, sd: float, ci_prob: float, seed: int = 0) -> tuple[float, float]:
+    """Equal-tailed `ci_prob` interval of ``draws * exp(sd * z)`` (z standard normal)."""
+    x = np.asarray(draws, float)
+    x = x[np.isfinite(x)]
+    z = np.random.default_rng(seed).standard_normal((len(x), WIDEN_SAMPLES))
+    mixed = (x[:, None] * np.exp(sd * z)).ravel()
+    lo, hi = np.quantile(mixed, [(1 - ci_prob) / 2, (1 + ci_prob) / 2])
+    return float(lo), float(hi)
