@@ -189,13 +189,16 @@ def test_probability_curve_is_monotone_and_capacity_is_the_crossing(sweep):
     sc, posterior, slos, search, plan, _ = sweep
     opt = plan["options"][0]
     cap = opt["capacity_rate_per_s"]
-    # the evaluated rates: P never rises with the rate by more than sampling noise
-    # (one draw), and the search's last failing rate fails
+    # the evaluated rates: P never rises with the rate by more than sampling noise, and the
+    # search's last failing rate fails. Noise: near the capacity the bisection's rates are
+    # 2% apart, and a draw whose SLO margin is within the simulation's own noise can flip
+    # either way between them (common random numbers correlate, not equate, the runs);
+    # two of ten draws is the binomial sd (0.16) at P = 0.5, rounded up to whole draws.
     curve = opt["evaluations"]
     rates = [e["rate_per_s"] for e in curve]
     assert rates == sorted(rates)
     p = np.array([e["p_all"] for e in curve])
-    assert np.all(np.diff(p) <= 1.0 / DRAWS + 1e-12), p
+    assert np.all(np.diff(p) <= 2.0 / DRAWS + 1e-12), p
     assert p[0] == 1.0 and p[-1] < 0.8
     for e in curve:
         assert set(e["p_slo"]) == {s.name for s in slos}
