@@ -65,4 +65,6 @@ def test_client_windows_recover_true_coefficients():
     names = list(BETA_FEATURES) + list(ALPHA_FEATURES)
     per_feature = dict(zip(names, covered.mean(axis=0).round(2)))
     print("coverage of the truth per coefficient:", per_feature, "overall", covered.mean())
-    assert 0.75 <= covered.mean() <= 1.0, per_feature
+    # nominal 0.90; measured 0.98 (51 of 52) on 2 x 300 draws whose r_hat was 1.06: the
+    # intervals of coefficients the windows barely inform (EP, offload) are their priors'
+    assert covered.mean() >= 0.75, per_feature
