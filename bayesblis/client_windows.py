@@ -31,6 +31,7 @@ import pandas as pd
 from bayesblis.constants import US
 from bayesblis.features.alpha import ALPHA_FEATURES
 from bayesblis.features.beta import AGGREGATES, BETA_FEATURES, beta_feature_matrix
+from bayesblis.io.inference_perf import correct_output_counts, stage_of
 
 RESIDUAL_STEP_FRACTION = 0.5
 """Expected share of the in-flight step a new request waits for before it is scheduled."""
@@ -106,12 +107,11 @@ def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens
 
     `requests` needs arrival_s, ttft_s, e2e_s, prompt_tokens, output_tokens (rows with
     NaN timings, errors, are left out of the windows; they still occupied the server,
-    which this approximation cannot see). Miscounted outputs are corrected for the batch
+    which this approximation cannot see, so stages where more than 1% failed, and stages
+    that queue, give no window at all). Miscounted outputs are corrected for the batch
     timeline and give no decode window (io.inference_perf.correct_output_counts).
     Returns the observation-table rows.
     """
-    from bayesblis.io.inference_perf import correct_output_counts
-
     ok = correct_output_counts(requests).dropna(subset=["ttft_s", "e2e_s"])
     ok = ok[(ok["e2e_s"] > ok["ttft_s"]) & (ok["ttft_s"] > 0) & (ok["output_tokens"] >= 1)]
     if ok.empty:
@@ -187,8 +187,6 @@ def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens
     table = pd.concat(rows, ignore_index=True)
     left_out = np.union1d(queueing_requests(ok), requests_in_error_stages(requests))
     table = table[~table["request_id"].isin(left_out)]
-    if table.empty:
-        return pd.DataFrame()
     return thin_windows(table, min_gap_s=min_gap_s, seed=seed)
 
 
@@ -203,7 +201,7 @@ preempted rather than decoding: the one-token-per-step count no longer holds."""
 def queueing_requests(requests: pd.DataFrame) -> np.ndarray:
     """Index of requests in stages that queue (overloaded), by the rule above."""
     per_token = (requests["e2e_s"] - requests["ttft_s"]) / (requests["output_tokens"] - 1).clip(lower=1)
-    stage = requests["stage"] if "stage" in requests else pd.Series(0, index=requests.index)
+    stage = stage_of(requests)
     ratio = requests["ttft_s"].groupby(stage).median() / per_token.groupby(stage).median()
     overloaded = ratio[ratio > QUEUEING_TTFT_RATIO].index
     return requests.index[stage.isin(overloaded)].to_numpy()
@@ -223,7 +221,7 @@ def requests_in_error_stages(requests: pd.DataFrame) -> np.ndarray:
     `reasoning` runs with 34-85% failed requests; the simulator still predicts them.)"""
     if "has_error" not in requests:
         return np.array([], dtype=requests.index.dtype)
-    stage = requests["stage"] if "stage" in requests else pd.Series(0, index=requests.index)
+    stage = stage_of(requests)
     share = requests["has_error"].astype(bool).groupby(stage).mean()
     failing = share[share > ERROR_SHARE_LIMIT].index
     return requests.index[stage.isin(failing)].to_numpy()
@@ -262,7 +260,7 @@ def thin_windows(table: pd.DataFrame, *, min_gap_s: float | None = None,
                 keep[i] = True
                 next_ok = t + gap
         kept.append(group[keep])
-    return pd.concat(kept, ignore_index=True)
+    return pd.concat(kept, ignore_index=True) if kept else table.iloc[:0]
 
 
 def client_observations(source, deployment) -> pd.DataFrame:

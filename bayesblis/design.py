@@ -76,7 +76,7 @@ def source_observations(source, deployment, *, kinds=None) -> tuple[pd.DataFrame
         obs = pd.DataFrame(fn(source, deployment)).copy()
         if obs.empty:
             return pd.DataFrame(columns=list(OBS_COLUMNS)), {
-                "skipped": "no usable window (every stage had client errors)"}
+                "skipped": "no usable window (every stage queued or had client errors)"}
         if "source" not in obs.columns or obs["source"].isna().all():
             obs["source"] = source.name
         if kinds is not None:

@@ -96,7 +96,6 @@ def compare(source, result, *, fold: str, holdout: str, discrepancy: dict | None
     model's own interval and its coverage are kept as ``model_pred_*`` and
     ``model_covered_*``."""
     from bayesblis.discrepancy import widened_interval
-
     from bayesblis.io.inference_perf import correct_output_counts
 
     measured = source.tables["stage_measurements"].reset_index(drop=True)
@@ -164,16 +163,19 @@ def summarize(records: list[dict], holdout: str, ci_prob: float = CI_PROB) -> di
             summary[f"overloaded_median_abs_pct_error_{short}"] = float(over[col].median())
     covered = [c for c in normal.columns if c.startswith("covered_")]
     if covered:
-        flags = normal[covered].to_numpy(dtype=float).ravel()
-        flags = flags[~np.isnan(flags)]
-        summary["coverage_90"] = float(flags.mean()) if len(flags) else None
+        summary["coverage_90"] = _share_covered(normal[covered])
         summary["coverage_by_metric"] = {c[len("covered_"):]: float(normal[c].mean()) for c in covered}
     model_only = [c for c in normal.columns if c.startswith("model_covered_")]
     if model_only:
-        flags = normal[model_only].to_numpy(dtype=float).ravel()
-        flags = flags[~np.isnan(flags)]
-        summary["coverage_90_posterior_only"] = float(flags.mean()) if len(flags) else None
+        summary["coverage_90_posterior_only"] = _share_covered(normal[model_only])
     return summary
+
+
+def _share_covered(flags: pd.DataFrame) -> float | None:
+    """Share of True among the non-missing coverage flags of a table."""
+    values = flags.to_numpy(dtype=float).ravel()
+    values = values[~np.isnan(values)]
+    return float(values.mean()) if len(values) else None
 
 
 DISCREPANCY_DRAWS = 4
@@ -187,14 +189,13 @@ def has_normal_load(source) -> bool:
 
 
 def calibrate_discrepancy(view, train_sources, *, hardware, seed, max_duration_s=None) -> dict:
-    """{metric: {"sd", "n_stages"}}: the simulator discrepancy of a fit over the normal-load
-    stages of the runs it was trained on (bayesblis.discrepancy)."""
+    """{metric: {"sd", ...}}: the simulator discrepancy of a fit over the normal-load stages
+    of the runs it was trained on (bayesblis.discrepancy); `train_sources` are runs with a
+    normal-load stage (`has_normal_load`)."""
     from bayesblis.discrepancy import discrepancy_sd
 
     records = []
     for source in train_sources:
-        if not has_normal_load(source):
-            continue
         result = predict_experiment(source, view, hardware=hardware, n_draws=DISCREPANCY_DRAWS,
                                     seed=seed, allow_unseen=False, max_duration_s=max_duration_s)
         records += compare(source, result, fold="calibration", holdout="")
@@ -219,9 +220,17 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
     sampler = {"draws": fit_draws, "tune": fit_tune, "chains": chains, "seed": seed,
                "max_treedepth": max_treedepth}
 
+    calibrated = {}  # (fit, training runs) -> discrepancy: folds that share a fit share it
+
     def predict(view, held_sources, train_sources, fold, allow_unseen, info):
-        disc = calibrate_discrepancy(view, train_sources, hardware=hardware, seed=seed,
-                                     max_duration_s=max_duration_s) if discrepancy else None
+        disc = None
+        if discrepancy:
+            train = [s for s in train_sources if has_normal_load(s)]
+            key = (id(view), tuple(s.name for s in train))
+            if key not in calibrated:
+                calibrated[key] = calibrate_discrepancy(view, train, hardware=hardware,
+                                                        seed=seed, max_duration_s=max_duration_s)
+            disc = calibrated[key]
         for source in held_sources:
             result = predict_experiment(source, view, hardware=hardware, n_draws=n_draws,
                                         seed=seed, allow_unseen=allow_unseen,
@@ -230,7 +239,6 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
             records.extend(new)
             echo(_format_records(new))
         folds_info.append({**info, "fold": fold, "discrepancy": disc})
-        return disc
 
     if holdout == "experiment":
         model = LatencyModel(sampler_config=sampler)

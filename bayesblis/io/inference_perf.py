@@ -227,6 +227,11 @@ SUSPECT_PER_TOKEN_RATIO = 3.0
 stage's median is miscounted (see `correct_output_counts`)."""
 
 
+def stage_of(requests: pd.DataFrame) -> pd.Series:
+    """Each request's load stage (0 for a table without stages)."""
+    return requests["stage"] if "stage" in requests else pd.Series(0, index=requests.index)
+
+
 def correct_output_counts(requests: pd.DataFrame) -> pd.DataFrame:
     """Requests with physically consistent output counts, for replay and fitting.
 
@@ -243,7 +248,7 @@ def correct_output_counts(requests: pd.DataFrame) -> pd.DataFrame:
     ok = out["e2e_s"].notna() & out["ttft_s"].notna() & ~out.get("has_error", False)
     decode_s = (out["e2e_s"] - out["ttft_s"]).where(ok)
     per_token = decode_s / (out["output_tokens"] - 1).clip(lower=1)
-    stage = out["stage"] if "stage" in out else pd.Series(0, index=out.index)
+    stage = stage_of(out)
     median = per_token.groupby(stage).transform("median")
     suspect = ok & (per_token > SUSPECT_PER_TOKEN_RATIO * median)
     implied = (decode_s / median).round() + 1
