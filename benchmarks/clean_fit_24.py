@@ -13,24 +13,12 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
-
 from bayesblis.atomic import write_json
 from bayesblis.model.diagnostics import format_diagnostics
 from bayesblis.model.hierarchy import LatencyModel
-from bayesblis.model.synthetic_steps import synthetic_fleet
+from bayesblis.model.synthetic_steps import synthetic_fleet, truth_coverage
 
 RESULT = Path(__file__).resolve().parent / "results" / "clean_fit_24.json"
-
-
-def truth_coverage(model, truth: dict, prob: float = 0.9) -> float:
-    """Share of true beta coefficients inside their central `prob` posterior intervals."""
-    post = model.idata.posterior["beta"].stack(s=("chain", "draw"))
-    inside = []
-    for key, true_beta in truth.items():
-        lo, hi = np.quantile(post.sel(config=key).values, [(1 - prob) / 2, (1 + prob) / 2], axis=1)
-        inside.append((lo <= true_beta) & (true_beta <= hi))
-    return float(np.mean(inside))
 
 
 def main() -> None:
@@ -47,7 +35,7 @@ def main() -> None:
     model.fit(progressbar=False)
     wall_s = time.perf_counter() - started
     diag = model.fit_info["diagnostics"]
-    coverage = truth_coverage(model, truth)
+    coverage = truth_coverage(model.idata.posterior, truth)
     print(f"{len(data.configs)} configurations, {len(data.obs)} step observations, "
           f"2 chains x {args.draws} draws, fit {wall_s:.0f} s (compile included)")
     print(format_diagnostics(diag))

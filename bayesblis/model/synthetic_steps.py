@@ -86,3 +86,14 @@ def synthetic_fleet(n_obs_total: int, noise: float = 0.05, seed: int = 0):
     return synthetic_data(hardware=FLEET_HARDWARE, families=FLEET_FAMILIES, tps=FLEET_TPS,
                           n_obs=max(1, int(round(n_obs_total / n_configs))), noise=noise,
                           seed=seed)
+
+
+def truth_coverage(posterior, truth: dict, prob: float = 0.9) -> float:
+    """Share of true beta coefficients (`truth`: {config: vector in FEATURES order}) inside
+    their central `prob` intervals of `posterior` (an InferenceData's posterior group)."""
+    beta = posterior["beta"].stack(s=("chain", "draw")).sel(feature=FEATURES)
+    inside = []
+    for key, true_beta in truth.items():
+        lo, hi = np.quantile(beta.sel(config=key).values, [(1 - prob) / 2, (1 + prob) / 2], axis=1)
+        inside.append((lo <= true_beta) & (true_beta <= hi))
+    return float(np.mean(inside))

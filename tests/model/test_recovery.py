@@ -13,23 +13,13 @@ from bayesblis.coefficients import coefficient_draws
 from bayesblis.model.data import ModelData
 from bayesblis.model.hierarchy import LatencyModel
 from bayesblis.model.store import load_posterior
+from bayesblis.model.synthetic_steps import truth_coverage
 from model_helpers import FEATURES, synthetic_data
-
-
-def _coverage(post, truth, prob=0.9):
-    beta = post.idata.posterior["beta"].stack(s=("chain", "draw"))
-    lo = beta.quantile((1 - prob) / 2, dim="s")
-    hi = beta.quantile((1 + prob) / 2, dim="s")
-    hits = []
-    for cfg, true in truth.items():
-        for k, f in enumerate(FEATURES):
-            hits.append(float(lo.sel(config=cfg, feature=f)) <= true[k] <= float(hi.sel(config=cfg, feature=f)))
-    return float(np.mean(hits))
 
 
 def test_tiny_fit_covers_most_true_coefficients(tiny_fit):
     _, path, truth = tiny_fit
-    assert _coverage(load_posterior(path), truth) >= 0.75
+    assert truth_coverage(load_posterior(path).idata.posterior, truth) >= 0.75
 
 
 @pytest.mark.slow
@@ -47,7 +37,7 @@ def test_recovery_with_a_held_out_configuration():
     from bayesblis.validate import _posterior_view
     post = _posterior_view(model)
     seen_truth = {k: v for k, v in truth.items() if k != held}
-    coverage = _coverage(post, seen_truth)
+    coverage = truth_coverage(post.idata.posterior, seen_truth)
     assert 0.75 <= coverage <= 1.0, coverage
     row = data.configs[data.configs["config"] == held].iloc[0]
     draws = coefficient_draws(post, model=row["model"], model_family=row["model_family"], arch=row["arch"],
