@@ -54,3 +54,33 @@ def test_nuts_trace_can_leave_out_observation_means():
     names = model._trace_names(model.sampler_config)
     assert "mean_s" not in names and "beta" in names
     assert LatencyModel()._trace_names(LatencyModel().sampler_config) is None  # default: all
+
+
+def _means_and_expected(model):
+    """(the model's per-observation means, the same by gathering each row's coefficients)."""
+    point = model.model.initial_point()
+    point = {k: v + 0.1 * np.arange(v.size).reshape(v.shape) % 0.7 for k, v in point.items()}
+    mean, beta, alpha = model.model.compile_fn(
+        [model.model["mean_s"], model.model["beta"], model.model["alpha"]],
+        inputs=model.model.value_vars, on_unused_input="ignore")(point)
+    obs = model.data.obs
+    cfg = model.data.index_of(obs)
+    X = obs[[f"f_{f}" for f in model.beta_features]].to_numpy(float)
+    XA = np.column_stack([obs[f"a_{f}"].to_numpy(float) if f"a_{f}" in obs else np.zeros(len(obs))
+                          for f in model.alpha_features])
+    return mean, (X * beta[cfg]).sum(axis=1) + (XA * alpha[cfg]).sum(axis=1)
+
+
+def test_per_configuration_products_equal_gathered_coefficients_after_a_data_swap():
+    data, _ = synthetic_data(n_obs=7)
+    data.obs["a_alpha_output_s"] = np.arange(len(data.obs)) * 1e-6  # alpha enters the mean too
+    model = LatencyModel()
+    model.build_model(data)
+    mean, expected = _means_and_expected(model)
+    np.testing.assert_allclose(mean, expected, rtol=1e-12)
+    other, _ = synthetic_data(n_obs=11, seed=3)  # same configurations, other row counts
+    other.obs["a_alpha_output_s"] = 2e-6
+    model._swap_data(other)
+    mean, expected = _means_and_expected(model)
+    assert len(mean) == len(other.obs)
+    np.testing.assert_allclose(mean, expected, rtol=1e-12)
