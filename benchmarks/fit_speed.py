@@ -29,6 +29,9 @@ Usage (from the repository root)::
     python3 benchmarks/fit_speed.py --check-n 5000 --cache /tmp/fit_cache
                                                 # the recorded run: ~50 min at load 4-8 on 2 cores
     python3 benchmarks/fit_speed.py --full-200k # also NUTS on all 200k single steps
+    python3 benchmarks/fit_speed.py --target-only --tune 300
+    python3 benchmarks/fit_speed.py --backends-only   # only nutpie vs numpyro (section 4)
+                                                # only NUTS on the 200k single steps
 
 ``--cache DIR`` keeps every fit's result and reuses it when the run is started again.
 
@@ -63,6 +66,7 @@ SAMPLER = {"draws": 500, "tune": 500, "chains": 2, "store_obs_means": False, "se
 
 TARGET_WALL_S = 300.0
 TARGET_N_OBS = 200_000
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "fit_speed.json"
 
 
 # ----------------------------------------------------------------------------- data
@@ -258,25 +262,36 @@ def compare_beta(reference: dict, other: dict) -> dict:
 
 # ----------------------------------------------------------------------------- numpyro
 def numpyro_trace_names(model) -> list[str]:
-    """Free variables and the deterministics that depend on them: PyMC's numpyro
-    post-processing (vmap over draws) returns a deterministic that is a constant (the
-    model's fixed level scales, e.g. ``beta_tau_arch``) without its chain and draw
-    dimensions, and the conversion to InferenceData then fails with "different number of
-    dimensions on data and dims" (seen after a full sampling run)."""
-    from pytensor.graph.traversal import ancestors
+    """Variables the numpyro trace keeps: the same as nutpie's (`LatencyModel._trace_names`
+    with ``store_obs_means=False``): free variables and deterministics but the
+    per-observation ``mean_s``. Constant deterministics (the fixed level scales, e.g.
+    ``beta_tau_arch``) are fine: PyMC's post-processing vmaps over chain and draw and so
+    broadcasts them to (chain, draw, ...)."""
+    return [v.name for v in model.free_RVs + model.deterministics if v.name != "mean_s"]
 
-    free = set(model.free_RVs)
-    keep = [v.name for v in model.free_RVs]
-    keep += [d.name for d in model.deterministics
-             if d.name != "mean_s" and free & set(ancestors([d]))]
-    return keep
+
+def numpyro_idata_kwargs(model) -> dict:
+    """`idata_kwargs` for `sample_numpyro_nuts` on a model with a variable named like a
+    sample stat.
+
+    PyMC converts the numpyro trace with one ``az.from_dict(..., dims=<model dims>)`` for
+    every group, so a model variable's dims also apply to a sample stat of the same name.
+    `LatencyModel` has the data ``n_steps`` (dims ``obs``) and numpyro's ``num_steps`` is
+    renamed to the stat ``n_steps`` (chain, draw): arviz then expects (chain, draw, obs) and
+    fails with "different number of dimensions on data and dims: 2 vs 3". Clearing those
+    names' dims keeps the stat (chain, draw); the constant data ``n_steps`` gets arviz's
+    default dim name ``n_steps_dim_0`` instead of ``obs``.
+    """
+    stats = ("lp", "n_steps", "tree_depth", "energy", "step_size", "acceptance_rate",
+             "diverging")  # PyMC's numpyro stats (pymc.sampling.jax._numpyro_stats_to_dict)
+    clash = [n for n in stats if n in model.named_vars_to_dims]
+    return {"log_likelihood": False, "dims": {n: [] for n in clash}}
 
 
 @cached
 def fit_numpyro(data: ModelData, label: str, reps: int) -> dict:
     """PyMC's JAX/numpyro NUTS on `data`: JAX gradient time, JIT compile, sampling wall."""
     import jax
-    import pymc as pm
     from pymc.sampling.jax import get_jaxified_logp, sample_numpyro_nuts
 
     from bayesblis.model.diagnostics import diagnose
@@ -299,7 +314,7 @@ def fit_numpyro(data: ModelData, label: str, reps: int) -> dict:
                                     chains=SAMPLER["chains"], target_accept=0.9,
                                     random_seed=SAMPLER["seed"], chain_method="parallel",
                                     progressbar=False, var_names=names,
-                                    idata_kwargs={"log_likelihood": False},
+                                    idata_kwargs=numpyro_idata_kwargs(model),
                                     compute_convergence_checks=False)
     wall_s = time.perf_counter() - t0
     with warnings.catch_warnings():
@@ -362,14 +377,28 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-1e6", action="store_true",
                     help="also fit all 1e6 steps as windows of 250 (full run only)")
     ap.add_argument("--no-numpyro", action="store_true", help="skip the JAX/numpyro comparison")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "fit_speed.json")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--cache", type=Path, default=None,
                     help="keep fit results in this folder and reuse them (resume a run)")
     ap.add_argument("--similarity", choices=("seconds", "spread"), default="seconds",
                     help="how steps are grouped into windows (bayesblis.model.reduce)")
+    ap.add_argument("--tune", type=int, default=SAMPLER["tune"],
+                    help="NUTS tuning iterations per chain (most gradient evaluations of a "
+                         "fit are spent early in tuning)")
+    ap.add_argument("--target-only", action="store_true",
+                    help="only the target: NUTS on all 200k single steps (writes "
+                         "fit_speed_200k.json unless --out)")
+    ap.add_argument("--backends-only", action="store_true",
+                    help="only section 4 on the --quick run's table (100k steps as windows of "
+                         "50; writes fit_speed_backends.json unless --out)")
     args = ap.parse_args(argv)
     global CACHE_DIR, SIMILARITY
     CACHE_DIR, SIMILARITY = args.cache, args.similarity
+    SAMPLER["tune"] = args.tune
+    if args.target_only:
+        return target_only(args)
+    if args.backends_only:
+        return backends_only(args)
     p = plan(args)
     p["similarity"] = SIMILARITY
     load0 = os.getloadavg()
@@ -476,6 +505,9 @@ def compare_backends(data: ModelData, label: str, nut: dict, nut_grad_ms: float,
           f"(JAX jit of logp+grad {npy['grad_jit_s']} s; numpyro's 'sample' includes its JIT)")
     print(f"  min bulk ESS per second of sampling: nutpie {nut['ess_bulk_per_s']}, "
           f"numpyro {npy['ess_bulk_per_s']}")
+    print(f"  mean tree size (gradient evals per draw): nutpie {nut.get('mean_tree_size')}, "
+          f"numpyro {npy.get('mean_tree_size')}; numpyro run without post-processing "
+          f"{npy.get('sampling_time_attr_s')} s (its JIT included)")
     agree = compare_beta(nut["beta"], npy["beta"])
     print(f"  numpyro vs nutpie beta: max |dmean|/sd {agree['mean_shift_sd_max']}, width ratio "
           f"median {agree['width_ratio_median']}")
@@ -496,6 +528,51 @@ def targets(fits: list, target_n: int, p: dict, slope: float) -> dict:
     return {"targets": {"n_obs": target_n, "wall_s": best["total_wall_s"], "wall_target_s": TARGET_WALL_S,
                         "diagnostics_passed": best["diagnostics"]["passed"], "met": met,
                         "growth_exponent": round(float(slope), 3), "growth_met": bool(slope <= 1.05)}}
+
+
+def target_only(args) -> int:
+    """NUTS on the 200k single steps of the fleet, nothing else (the issue's target)."""
+    load0 = os.getloadavg()
+    out = args.out if args.out != DEFAULT_OUT else DEFAULT_OUT.with_name("fit_speed_200k.json")
+    data = fleet(TARGET_N_OBS)
+    print(f"fit_speed --target-only: {len(data.obs):,} steps of {len(data.configs)} configurations; "
+          f"NUTS {SAMPLER['chains']} chains x ({SAMPLER['tune']} tune + {SAMPLER['draws']} draws); "
+          f"load average at start {load0[0]:.2f}", flush=True)
+    print(FIT_HEADER)
+    row = fit_nutpie(data, f"steps {len(data.obs):,}")
+    print_fit(row)
+    met = row["total_wall_s"] <= TARGET_WALL_S and bool(row["diagnostics"]["passed"])
+    print(f"\ntarget: {len(data.obs):,} single steps: total {row['total_wall_s']} s (compile "
+          f"{row['compile_s']} s + sampling {row['sample_s']} s), diagnostics "
+          f"{'PASS' if row['diagnostics']['passed'] else 'FAIL'} -> "
+          f"{'met' if met else 'MISSED'} (<= {TARGET_WALL_S:.0f} s, clean diagnostics)")
+    args.out = out
+    finish({"benchmark": "fit_speed --target-only", "sampler": SAMPLER, "fits": [row],
+            "targets": {"n_obs": len(data.obs), "wall_s": row["total_wall_s"],
+                        "wall_target_s": TARGET_WALL_S,
+                        "diagnostics_passed": row["diagnostics"]["passed"], "met": met}},
+           args, load0)
+    return 0
+
+
+def backends_only(args) -> int:
+    """Section 4 alone: nutpie vs numpyro on 100k steps summed into windows of 50."""
+    load0 = os.getloadavg()
+    n, k = 100_000, 50
+    label = f"k={k} of {n:,}"
+    windows = reduce(fleet(n), k)[0]
+    print(f"fit_speed --backends-only: {label} ({len(windows.obs):,} windows); NUTS "
+          f"{SAMPLER['chains']} chains x ({SAMPLER['tune']} tune + {SAMPLER['draws']} draws); "
+          f"load average at start {load0[0]:.2f}", flush=True)
+    grad_ms = gradient_curve({f"windows {label}": windows}, args.reps)[1]["grad_eval_ms"]
+    nut = fit_nutpie(windows, label)
+    doc = {"benchmark": "fit_speed --backends-only", "sampler": SAMPLER,
+           "backends": compare_backends(windows, label, nut, grad_ms, args.reps)}
+    doc["fits"] = [nut]
+    if args.out == DEFAULT_OUT:
+        args.out = DEFAULT_OUT.with_name("fit_speed_backends.json")
+    finish(doc, args, load0)
+    return 0
 
 
 def finish(doc: dict, args, load0) -> None:
