@@ -34,6 +34,10 @@ that keeps sums of step times unbiased: the simulator adds mean-one multiplicati
 ``beta . f`` and E2E, a sum of steps, has mean ``sum beta . f``. (A Student-t on log time
 has no finite mean once exponentiated.) Alpha (request-level delays) follows the same
 hierarchy in the same likelihood.
+
+Observations are sorted by configuration, so the means are one matrix-vector product per
+configuration (`_segment_dot`), not a coefficient row gathered per observation (3x faster
+gradients at 200k rows); minibatched ADVI, whose rows are random, gathers.
 """
 
 from __future__ import annotations
