@@ -30,8 +30,8 @@ Usage (from the repository root)::
                                                 # the recorded run: ~50 min at load 4-8 on 2 cores
     python3 benchmarks/fit_speed.py --full-200k # also NUTS on all 200k single steps
     python3 benchmarks/fit_speed.py --target-only --tune 300
-    python3 benchmarks/fit_speed.py --backends-only   # only nutpie vs numpyro (section 4)
                                                 # only NUTS on the 200k single steps
+    python3 benchmarks/fit_speed.py --backends-only   # only nutpie vs numpyro (section 4)
 
 ``--cache DIR`` keeps every fit's result and reuses it when the run is started again.
 
@@ -133,9 +133,6 @@ def time_calls(fn, reps: int, min_batch_s: float = 0.2) -> float:
             fn()
         times.append((time.perf_counter() - t0) / per_batch)
     return statistics.median(times)
-
-
-DATA_VARS = ("X", "XA", "n_steps", "config_idx", "config_bounds", "kind_idx", "y_s")
 
 
 def data_arrays(lm, data: ModelData) -> dict:
@@ -535,7 +532,6 @@ def targets(fits: list, target_n: int, p: dict, slope: float) -> dict:
 def target_only(args) -> int:
     """NUTS on the 200k single steps of the fleet, nothing else (the issue's target)."""
     load0 = os.getloadavg()
-    out = args.out if args.out != DEFAULT_OUT else DEFAULT_OUT.with_name("fit_speed_200k.json")
     data = fleet(TARGET_N_OBS)
     print(f"fit_speed --target-only: {len(data.obs):,} steps of {len(data.configs)} configurations; "
           f"NUTS {SAMPLER['chains']} chains x ({SAMPLER['tune']} tune + {SAMPLER['draws']} draws); "
@@ -548,12 +544,11 @@ def target_only(args) -> int:
           f"{row['compile_s']} s + sampling {row['sample_s']} s), diagnostics "
           f"{'PASS' if row['diagnostics']['passed'] else 'FAIL'} -> "
           f"{'met' if met else 'MISSED'} (<= {TARGET_WALL_S:.0f} s, clean diagnostics)")
-    args.out = out
     finish({"benchmark": "fit_speed --target-only", "sampler": SAMPLER, "fits": [row],
             "targets": {"n_obs": len(data.obs), "wall_s": row["total_wall_s"],
                         "wall_target_s": TARGET_WALL_S,
                         "diagnostics_passed": row["diagnostics"]["passed"], "met": met}},
-           args, load0)
+           args, load0, "fit_speed_200k.json")
     return 0
 
 
@@ -571,13 +566,12 @@ def backends_only(args) -> int:
     doc = {"benchmark": "fit_speed --backends-only", "sampler": SAMPLER,
            "backends": compare_backends(windows, label, nut, grad_ms, args.reps)}
     doc["fits"] = [nut]
-    if args.out == DEFAULT_OUT:
-        args.out = DEFAULT_OUT.with_name("fit_speed_backends.json")
-    finish(doc, args, load0)
+    finish(doc, args, load0, "fit_speed_backends.json")
     return 0
 
 
-def finish(doc: dict, args, load0) -> None:
+def finish(doc: dict, args, load0, default_name: str = DEFAULT_OUT.name) -> None:
+    """Write `doc` with the run's context to --out (default: results/`default_name`)."""
     from bayesblis import __version__
     from bayesblis.atomic import write_json
 
@@ -590,8 +584,9 @@ def finish(doc: dict, args, load0) -> None:
                         "load_average_end": os.getloadavg()},
                command="python3 benchmarks/fit_speed.py" + " ".join(
                    [""] + [a for a in sys.argv[1:]]))
-    write_json(args.out, doc)
-    print(f"wrote {args.out}")
+    out = args.out if args.out != DEFAULT_OUT else DEFAULT_OUT.with_name(default_name)
+    write_json(out, doc)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
