@@ -367,7 +367,8 @@ def plan(args) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test; 21 min measured with another job on the 2 cores)")
+    ap.add_argument("--quick", action="store_true",
+                    help="small sizes (smoke test; 21 min measured with another job on the 2 cores)")
     ap.add_argument("--reps", type=int, default=5, help="repetitions per timing (median)")
     ap.add_argument("--full-200k", action="store_true",
                     help="also fit all 200k single steps with NUTS (slow)")
