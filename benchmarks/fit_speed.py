@@ -144,10 +144,9 @@ def data_arrays(lm, data: ModelData) -> dict:
     assert set(obs["kind"]) <= EXACT_KINDS and set(lm.model.coords["kind"]) <= EXACT_KINDS
     xa = np.zeros((len(obs), len(lm.alpha_features)))
     X = np.ascontiguousarray(obs[[f"f_{f}" for f in lm.beta_features]].to_numpy(float))
-    cfg = data.index_of(obs)
     return {"X": X, "XA": xa,
-            "n_steps": obs["n_steps"].to_numpy(float), "config_idx": cfg,
-            "config_bounds": np.searchsorted(cfg, np.arange(len(data.configs) + 1)),
+            "n_steps": obs["n_steps"].to_numpy(float), "config_idx": data.index_of(obs),
+            "config_bounds": data.config_bounds(),
             "kind_idx": np.zeros(len(obs), np.int64), "y_s": obs["y_s"].to_numpy(float)}
 
 

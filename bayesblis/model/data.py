@@ -105,6 +105,11 @@ class ModelData:
         lookup = {key: i for i, key in enumerate(self.configs["config"])}
         return table["config"].map(lookup).to_numpy(np.int64)
 
+    def config_bounds(self) -> np.ndarray:
+        """First observation row of each configuration, then the row count (`obs` is sorted
+        by configuration: configuration c holds rows bounds[c]:bounds[c + 1])."""
+        return np.searchsorted(self.index_of(self.obs), np.arange(len(self.configs) + 1))
+
 
 def config_row(deployment) -> dict:
     """The configuration-table row of a `features.physics.Deployment`."""

@@ -149,7 +149,7 @@ class LatencyModel:
         hyper = self.priors["hyper"]
         cfg_idx = data.index_of(obs)
         beta_matrix = obs[beta_cols].to_numpy(float)
-        bounds = np.searchsorted(cfg_idx, np.arange(len(configs) + 1))  # obs sorted by config
+        bounds = data.config_bounds()
         informed = _well_informed(beta_matrix, alpha_matrix, obs["n_steps"].to_numpy(float), bounds,
                                   self.priors, self.beta_features, self.alpha_features)
         with pm.Model(coords=coords) as model:
@@ -407,8 +407,7 @@ class LatencyModel:
             pm.set_data({"X": obs[[f"f_{f}" for f in self.beta_features]].to_numpy(float),
                          "XA": alpha_matrix, "n_steps": obs["n_steps"].to_numpy(float),
                          "config_idx": data.index_of(obs),
-                         "config_bounds": np.searchsorted(data.index_of(obs),
-                                                          np.arange(len(data_cfg) + 1)),
+                         "config_bounds": data.config_bounds(),
                          "kind_idx": obs["kind"].astype(str).map(kinds.index).to_numpy(np.int64),
                          **({"run_idx": data.run_slots(list(self.model.coords["run"]))}
                             if "run_idx" in self.model.named_vars else {}),

@@ -50,7 +50,7 @@ def test_per_step_constant_alone_sets_the_constant_part_of_a_step():
     lm = LatencyModel()
     model = lm.build_model(data)
     cols = [f"f_{f}" for f in lm.beta_features]
-    bounds = np.searchsorted(data.index_of(data.obs), np.arange(len(data.configs) + 1))
+    bounds = data.config_bounds()
     ref = _per_step_reference(data.obs[cols].to_numpy(float), data.obs["n_steps"].to_numpy(float),
                               bounds)
     group = [lm.beta_features.index(f) for f in STEP_CONSTANT_FEATURES]
