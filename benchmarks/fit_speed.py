@@ -217,6 +217,7 @@ def fit_nutpie(data: ModelData, label: str) -> dict:
            "compile_s": round(compile_s, 1), "sample_s": round(sample_s, 1),
            "grad_evals_draws": int(stats["n_steps"].sum()),
            "mean_tree_size": round(float(stats["n_steps"].mean()), 1),
+           "share_draws_at_max_depth": round(float(stats["maxdepth_reached"].mean()), 4),
            "diagnostics": _diag_row(diag), "beta": beta_summary(idata),
            "sigma_step_mean": float(idata.posterior["sigma_step"].mean()),
            "nu_mean": float(idata.posterior["nu"].mean())}
@@ -384,6 +385,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tune", type=int, default=SAMPLER["tune"],
                     help="NUTS tuning iterations per chain (most gradient evaluations of a "
                          "fit are spent early in tuning)")
+    ap.add_argument("--max-treedepth", type=int, default=None,
+                    help="NUTS tree-depth cap (package default 10); 6 caps the long trees of "
+                         "early tuning, the draws' share at the cap is recorded")
     ap.add_argument("--target-only", action="store_true",
                     help="only the target: NUTS on all 200k single steps (writes "
                          "fit_speed_200k.json unless --out)")
@@ -394,6 +398,8 @@ def main(argv=None) -> int:
     global CACHE_DIR, SIMILARITY
     CACHE_DIR, SIMILARITY = args.cache, args.similarity
     SAMPLER["tune"] = args.tune
+    if args.max_treedepth is not None:
+        SAMPLER["max_treedepth"] = args.max_treedepth
     if args.target_only:
         return target_only(args)
     if args.backends_only:
@@ -543,7 +549,9 @@ def target_only(args) -> int:
     print(f"\ntarget: {len(data.obs):,} single steps: total {row['total_wall_s']} s (compile "
           f"{row['compile_s']} s + sampling {row['sample_s']} s), diagnostics "
           f"{'PASS' if row['diagnostics']['passed'] else 'FAIL'} -> "
-          f"{'met' if met else 'MISSED'} (<= {TARGET_WALL_S:.0f} s, clean diagnostics)")
+          f"{'met' if met else 'MISSED'} (<= {TARGET_WALL_S:.0f} s, clean diagnostics); "
+          f"{row['mean_tree_size']} gradients per draw, {100 * row['share_draws_at_max_depth']:.1f}% "
+          f"of draws at the tree-depth cap {SAMPLER.get('max_treedepth', 10)}")
     finish({"benchmark": "fit_speed --target-only", "sampler": SAMPLER, "fits": [row],
             "targets": {"n_obs": len(data.obs), "wall_s": row["total_wall_s"],
                         "wall_target_s": TARGET_WALL_S,
