@@ -15,7 +15,7 @@ import numpy as np
 
 from bayesblis.constants import CI_PROB, DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEATURE
 from bayesblis.errors import UnseenLevelError
-from bayesblis.model.data import config_key, config_row
+from bayesblis.model.data import config_key, config_row, tp_of
 from bayesblis.model.hierarchy import LEVELS
 from bayesblis.model.priors import STEP_CONSTANT_FEATURES
 
@@ -214,7 +214,7 @@ def export_record(draws: CoefficientDraws, *, prob: float | None = None, context
                   "alpha": "µs per request (alpha_const_s) or per token"},
         "beta": summary["beta"],
         "alpha": summary["alpha"],
-        "blis": {"beta_order": list(BLIS_BETA_ORDER), "beta_coeffs": to_blis_beta(mean_beta),
+        "blis": {"beta_order": list(BLIS_BETA_ORDER), "beta_coeffs": to_blis_beta(mean_beta, tp=tp_of(draws.config)),
                  "alpha_order": list(BLIS_ALPHA_ORDER), "alpha_coeffs": to_blis_alpha(mean_alpha)},
         **({"context": context} if context else {}),
     }

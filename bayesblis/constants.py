@@ -23,3 +23,6 @@ ARCH_LEVELS = ("dense", "moe")
 US = 1e-6
 """One microsecond in seconds: overhead features are counts times this, so their
 coefficients read in microseconds."""
+
+NS = 1e-9
+"""One nanosecond in seconds (per-token, per-layer attention cost: coefficient in ns)."""

@@ -111,7 +111,11 @@ STRUCTURED_EFFECTS = {
   weight traffic +0.10, per-layer overhead +0.15 (dense 0).
 Every other (level, coefficient) effect is drawn from Normal(0, LEVEL_SCALES[level])."""
 
-_NAMES = [("beta", f) for f in BETA_FEATURES] + [("alpha", f) for f in ALPHA_FEATURES]
+_ADDED_LATER = ("kv_token_layer_s", "tp_sync_s")
+_NAMES = ([("beta", f) for f in BETA_FEATURES if f not in _ADDED_LATER]
+          + [("alpha", f) for f in ALPHA_FEATURES] + [("beta", f) for f in _ADDED_LATER])
+"""The order of an effect's normal draws: features added to the model after a truth was
+published draw last, so the effects of the others (and every documented truth) stay put."""
 
 
 def _rng(*parts) -> np.random.Generator:

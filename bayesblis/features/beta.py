@@ -3,7 +3,8 @@
 Every feature is in seconds; the step-time model is linear in the coefficients:
 ``step_time_s = beta_features(...) @ beta``. Compute features are FLOPs over peak
 FLOP/s (coefficient ~ 1/MFU), traffic features bytes over bandwidth (coefficient ~
-1/achieved-fraction), overhead features counts x 1e-6 (coefficient in µs).
+1/achieved-fraction), overhead features counts x 1e-6 (coefficient in µs; per
+(KV token, layer): x 1e-9, coefficient in ns).
 Formulas and priors: data_specs/features.md.
 
 All features but `weight_traffic_s` of an MoE model are affine in the aggregates;
@@ -18,7 +19,7 @@ from typing import Mapping
 
 import numpy as np
 
-from bayesblis.constants import US
+from bayesblis.constants import NS, US
 from bayesblis.features.physics import ACTIVATION_BYTES, Deployment
 
 AGGREGATES = (
@@ -37,7 +38,9 @@ BETA_FEATURES = (
     "decode_compute_s",
     "weight_traffic_s",
     "kv_traffic_s",
+    "kv_token_layer_s",
     "tp_comm_s",
+    "tp_sync_s",
     "ep_comm_s",
     "offload_s",
     "layer_overhead_s",
@@ -51,6 +54,10 @@ BLIS_BETA_ORDER = ("beta1a_prefill_compute", "beta2a_decode_compute", "beta3_wei
                    "beta7_per_step_us", "beta8_per_moe_layer_us", "beta1b_prefill_kv_memory",
                    "beta2b_decode_kv_memory", "beta_ep_alltoall_comm")
 """BLIS trained-physics `beta_coeffs` order (11 entries)."""
+
+NO_BLIS_SLOT = ("kv_token_layer_s", "tp_sync_s", "offload_s")
+"""Our features BLIS's `beta_coeffs` has no place of their own: `to_blis_beta` folds
+tp_sync_s into the per-layer β5 and drops the others."""
 
 _A = {name: i for i, name in enumerate(AGGREGATES)}
 _F = {name: i for i, name in enumerate(BETA_FEATURES)}
@@ -133,11 +140,14 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
     kv = d.kv_bytes_per_token_per_gpu / bw
     for name in ("decode_context_tokens", "num_decode_reqs", "prefill_context_tokens", "prefill_tokens"):
         W[a[name], f["kv_traffic_s"]] = kv
+        W[a[name], f["kv_token_layer_s"]] = m.n_layers * NS
 
     if d.tp > 1:
         per_token = 2 * m.n_layers * m.hidden_size * ACTIVATION_BYTES * 2 * (d.tp - 1) / d.tp / link
         W[a["prefill_tokens"], f["tp_comm_s"]] = per_token
         W[a["num_decode_reqs"], f["tp_comm_s"]] = per_token
+        # all-reduce latency: 2 per layer, log2(tp) exchange rounds each, whatever the bytes
+        b[f["tp_sync_s"]] = 2 * m.n_layers * np.log2(d.tp) * US
     if d.ep > 1:
         per_token = (2 * m.n_moe_layers * m.n_experts_per_tok * m.hidden_size * ACTIVATION_BYTES
                      * (d.ep - 1) / d.ep / link)
@@ -209,16 +219,19 @@ def roofline_s(deployment: Deployment, **aggregates) -> np.ndarray:
     return np.maximum(compute, memory)
 
 
-def to_blis_beta(beta: Mapping[str, float]) -> list[float]:
+def to_blis_beta(beta: Mapping[str, float], tp: int = 1) -> list[float]:
     """Our coefficients in BLIS trained-physics `beta_coeffs` order (BLIS_BETA_ORDER).
 
     kv_traffic -> both β1b and β2b; tp_comm -> β4; ep_comm -> β_EP; overheads (µs)
-    -> β5, β6, β7; β8 (per MoE layer) = 0; offload_s has no BLIS slot and is dropped.
+    -> β5, β6, β7; β8 (per MoE layer) = 0. tp_sync_s (µs per all-reduce round, 2 log2(tp)
+    rounds per layer) is folded into the per-layer β5 for the given `tp`; offload_s and
+    kv_token_layer_s have no BLIS slot and are dropped (NO_BLIS_SLOT).
     """
-    missing = [n for n in BETA_FEATURES if n != "offload_s" and n not in beta]
+    missing = [n for n in BETA_FEATURES if n not in NO_BLIS_SLOT and n not in beta]
     if missing:
         raise KeyError(f"coefficients missing: {', '.join(missing)}")
     g = lambda k: float(beta[k])  # noqa: E731
+    per_layer = g("layer_overhead_s") + 2 * np.log2(tp) * float(beta.get("tp_sync_s", 0.0))
     return [g("prefill_compute_s"), g("decode_compute_s"), g("weight_traffic_s"), g("tp_comm_s"),
-            g("layer_overhead_s"), g("request_overhead_s"), g("step_overhead_s"), 0.0,
+            per_layer, g("request_overhead_s"), g("step_overhead_s"), 0.0,
             g("kv_traffic_s"), g("kv_traffic_s"), g("ep_comm_s")]

@@ -30,6 +30,11 @@ def config_key(model: str, hardware: str, tp: int, ep: int = 1, dtype: str = "bf
     return f"{model}|{hardware}|tp{int(tp)}|ep{int(ep)}|{dtype}"
 
 
+def tp_of(key: str) -> int:
+    """The tensor-parallel degree in a `config_key`."""
+    return int(key.split("|")[2][2:])
+
+
 @dataclass
 class ModelData:
     """Configurations plus the observation table (see module docstring)."""

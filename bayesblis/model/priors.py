@@ -27,9 +27,18 @@ BETA_PRIORS = {
     "decode_compute_s": {"median": 1.0, "log_sd": 1.2, "levels": MACHINE},
     "weight_traffic_s": {"median": 1.15, "log_sd": 0.5, "levels": MACHINE},
     "kv_traffic_s": {"median": 1.4, "log_sd": 0.8, "levels": EFFICIENCY},
+    # A fixed cost per (KV token, layer) of paged decode attention whatever the bytes
+    # (block-table lookups, softmax and split-KV bookkeeping): small against the bytes of
+    # an MHA model's KV (16 KB per token-layer for Llama-2-7B), comparable for GQA shards
+    # of 1-2 KB per token-layer per GPU. One value per GPU (a kernel property).
+    "kv_token_layer_s": {"median": 0.2, "log_sd": 1.2, "levels": SOFTWARE},
     # TP all-reduce grows with the tokens of the step, like the linear part of compute:
     # one configuration's data barely separate them, so no per-configuration effect.
     "tp_comm_s": {"median": 1.1, "log_sd": 0.8, "levels": MACHINE},
+    # All-reduce latency per exchange round (2 all-reduces per layer, log2(tp) rounds each):
+    # small messages of decode are latency-bound, so the bandwidth feature above misses it.
+    # NVLink all-reduce of a few KB takes ~5-20 µs; one value per GPU (interconnect).
+    "tp_sync_s": {"median": 8.0, "log_sd": 0.8, "levels": SOFTWARE},
     "ep_comm_s": {"median": 1.0, "log_sd": 1.0, "levels": MACHINE},
     "offload_s": {"median": 1.0, "log_sd": 0.8, "levels": MACHINE},
     # Per-step constants (per layer, per step) are confounded with weight traffic inside a
@@ -59,10 +68,10 @@ ALPHA_PRIORS = {
     "alpha_output_s": {"median": 40.0, "log_sd": 0.5, "levels": ("hardware", "config")},
 }
 
-STEP_CONSTANT_FEATURES = ("weight_traffic_s", "layer_overhead_s", "step_overhead_s")
+STEP_CONSTANT_FEATURES = ("weight_traffic_s", "tp_sync_s", "layer_overhead_s", "step_overhead_s")
 """Beta features paid once per step whatever the batch (weight streaming of a dense model,
-per-layer launches, per-step scheduling). Inside one configuration only their *sum* per
-step is identified; the model therefore gives each configuration one per-step constant,
+all-reduce latency, per-layer launches, per-step scheduling). Inside one configuration only
+their *sum* per step is identified; the model therefore gives each configuration one per-step constant,
 centred on the physics sum of these features with spread ``tau_step_const`` (see
 model/hierarchy.py), and the split between them is learnt across configurations."""
 

@@ -23,8 +23,14 @@ import pandas as pd
 from bayesblis.model.data import ModelData, config_key
 from bayesblis.model.priors import BETA_PRIORS
 
-FEATURES = list(BETA_PRIORS)
-"""Beta feature names, in the column order of the generated observation table."""
+FEATURES = ["prefill_compute_s", "decode_compute_s", "weight_traffic_s", "kv_traffic_s",
+            "tp_comm_s", "ep_comm_s", "offload_s", "layer_overhead_s", "request_overhead_s",
+            "step_overhead_s"]
+"""Beta feature names, in the column order of the generated observation table: every
+BETA_PRIORS feature but two added after this generator's truths were published:
+``kv_token_layer_s`` (proportional to ``kv_traffic_s`` inside a configuration) and
+``tp_sync_s`` (one more per-step constant)."""
+_COL = {name: j for j, name in enumerate(FEATURES)}
 
 LAYERS = {"llama": 32, "qwen3": 40, "mixtral": 32, "qwen3_moe": 48}
 """Layer count per model family (the per-layer overhead feature)."""
@@ -68,14 +74,15 @@ def synthetic_data(hardware=("H100-SXM", "A100-SXM-80GB"),
 def _step_features(rng, n_obs: int, tp: int, n_layers: int) -> np.ndarray:
     """[n_obs, feature] beta features of `n_obs` steps of one configuration."""
     X = np.zeros((n_obs, len(FEATURES)))
-    X[:, 0] = rng.exponential(5e-3, n_obs) * (rng.random(n_obs) < 0.5)
-    X[:, 1] = rng.uniform(1e-4, 1e-3, n_obs)
-    X[:, 2] = rng.uniform(2e-3, 4e-3) / tp
-    X[:, 3] = rng.uniform(1e-4, 3e-3, n_obs)
-    X[:, 4] = (tp > 1) * rng.uniform(1e-4, 1e-3, n_obs)
-    X[:, 7] = n_layers * 1e-6
-    X[:, 8] = rng.integers(1, 64, n_obs) * 1e-6
-    X[:, 9] = 1e-6
+    c = _COL
+    X[:, c["prefill_compute_s"]] = rng.exponential(5e-3, n_obs) * (rng.random(n_obs) < 0.5)
+    X[:, c["decode_compute_s"]] = rng.uniform(1e-4, 1e-3, n_obs)
+    X[:, c["weight_traffic_s"]] = rng.uniform(2e-3, 4e-3) / tp
+    X[:, c["kv_traffic_s"]] = rng.uniform(1e-4, 3e-3, n_obs)
+    X[:, c["tp_comm_s"]] = (tp > 1) * rng.uniform(1e-4, 1e-3, n_obs)
+    X[:, c["layer_overhead_s"]] = n_layers * 1e-6
+    X[:, c["request_overhead_s"]] = rng.integers(1, 64, n_obs) * 1e-6
+    X[:, c["step_overhead_s"]] = 1e-6
     return X
 
 

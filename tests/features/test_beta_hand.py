@@ -41,7 +41,9 @@ def test_llama2_7b_tp1_h100():
     assert f["weight_traffic_s"] == pytest.approx(13_476_831_232 / BW_H100, rel=1e-9)
     # KV: 524,288 B/token * (32,000 + 32 + 0 + 512) tokens = 17,062,428,672 B -> 5.0933 ms
     assert f["kv_traffic_s"] == pytest.approx(524_288 * 32_544 / BW_H100, rel=1e-9)
-    assert f["tp_comm_s"] == f["ep_comm_s"] == f["offload_s"] == 0
+    # per (KV token, layer): 32 layers * 32,544 tokens = 1,041,408 -> 1.0414 ms at 1 ns
+    assert f["kv_token_layer_s"] == pytest.approx(1_041_408e-9, rel=1e-9)
+    assert f["tp_comm_s"] == f["tp_sync_s"] == f["ep_comm_s"] == f["offload_s"] == 0
     assert f["layer_overhead_s"] == pytest.approx(32e-6)
     assert f["request_overhead_s"] == pytest.approx(33e-6)
     assert f["step_overhead_s"] == pytest.approx(1e-6)
@@ -65,9 +67,13 @@ def test_llama2_70b_tp4_h100():
     # KV sharding: 8 KV heads / 4 GPUs = 2 per GPU -> 80*2*2*128*2 = 81,920 B/token/GPU
     # 81,920 * 32,544 = 2,666,004,480 B -> 0.79582 ms
     assert f["kv_traffic_s"] == pytest.approx(2_666_004_480 / BW_H100, rel=1e-9)
+    # per (KV token, layer), whatever the TP: 80 * 32,544 = 2,603,520 -> 2.6035 ms at 1 ns
+    assert f["kv_token_layer_s"] == pytest.approx(2_603_520e-9, rel=1e-9)
     # TP: 2 all-reduces/layer * 80 layers * 544 tokens * 8192 * 2 B = 1,426,063,360 B,
     # ring factor 2*(4-1)/4 = 1.5 -> 2,139,095,040 B over 450e9 B/s -> 4.7535 ms
     assert f["tp_comm_s"] == pytest.approx(2_139_095_040 / NVLINK_H100, rel=1e-9)
+    # all-reduce latency: 2 per layer x 80 layers x log2(4) = 2 rounds -> 320 (x 1 µs)
+    assert f["tp_sync_s"] == pytest.approx(320e-6)
     assert f["ep_comm_s"] == 0
     assert f["layer_overhead_s"] == pytest.approx(80e-6)
     assert f["request_overhead_s"] == pytest.approx(33e-6)

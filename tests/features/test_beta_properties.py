@@ -19,7 +19,7 @@ deployments = st.sampled_from(DEPLOYMENTS)
 counts = st.integers(min_value=0, max_value=20_000)
 aggregates = st.fixed_dictionaries({name: counts for name in AGGREGATES})
 F = {name: i for i, name in enumerate(BETA_FEATURES)}
-CONSTANT = {"layer_overhead_s", "step_overhead_s"}
+CONSTANT = {"tp_sync_s", "layer_overhead_s", "step_overhead_s"}
 
 
 @settings(max_examples=200, deadline=None)
@@ -65,7 +65,7 @@ def test_compute_scales_as_one_over_tp(agg):
 
 
 @settings(max_examples=100, deadline=None)
-@given(deployments, st.lists(aggregates, min_size=1, max_size=20), st.lists(st.floats(0, 5), min_size=10, max_size=10))
+@given(deployments, st.lists(aggregates, min_size=1, max_size=20), st.lists(st.floats(0, 5), min_size=len(BETA_FEATURES), max_size=len(BETA_FEATURES)))
 def test_feature_map_collapse_matches(d, rows, beta):
     agg = {k: np.array([r[k] for r in rows], dtype=float) for k in AGGREGATES}
     beta = np.array(beta)
@@ -95,7 +95,14 @@ def test_to_blis_beta_order():
     out = to_blis_beta(beta)
     assert len(out) == len(BLIS_BETA_ORDER) == 11
     # beta1a, beta2a, beta3, beta4, beta5..7 (µs), beta8 = 0, beta1b = beta2b = kv, beta_EP
-    assert out == [1.0, 2.0, 3.0, 5.0, 8.0, 9.0, 10.0, 0.0, 4.0, 4.0, 6.0]
+    # (5 = kv_token_layer_s and 9 = offload_s have no BLIS slot; 7 = tp_sync_s is 0 at TP1)
+    assert out == [1.0, 2.0, 3.0, 6.0, 10.0, 11.0, 12.0, 0.0, 4.0, 4.0, 8.0]
+    # at TP4 the all-reduce latency (2 x log2(4) rounds per layer) joins the per-layer beta5;
+    # the export reads the TP from the configuration key
+    assert to_blis_beta(beta, tp=4)[4] == 10.0 + 4 * 7.0
+    from bayesblis.model.data import config_key, tp_of
+
+    assert tp_of(config_key("llama-2-70b", "H100-SXM", 4)) == 4
     del beta["tp_comm_s"]
     with pytest.raises(KeyError, match="tp_comm_s"):
         to_blis_beta(beta)

@@ -18,7 +18,10 @@ def _check_outputs(out):
     held = json.loads((out / "heldout_coefficients.json").read_text())
     assert held["config"] == "qwen2.5-7b|H100-SXM|tp1|ep1|bf16"
     assert held["seen_config"] is False
-    assert len(held["coefficients"]) == 13
+    from bayesblis.features.alpha import ALPHA_FEATURES
+    from bayesblis.features.beta import BETA_FEATURES
+
+    assert len(held["coefficients"]) == len(BETA_FEATURES) + len(ALPHA_FEATURES)
     for row in held["coefficients"]:
         assert row["lo"] <= row["mean"] <= row["hi"] or row["lo"] <= row["median"] <= row["hi"]
         assert row["covered"] == (row["lo"] <= row["true"] <= row["hi"])
