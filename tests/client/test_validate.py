@@ -14,10 +14,20 @@ pytestmark = pytest.mark.skipif(not REAL.exists(), reason="shared real data not 
 def test_miscounted_outputs_are_corrected_without_touching_the_input():
     exp = read_inference_perf(REAL / "20260217-155451-llama-2-7b-tp1-codegen")
     fixed = correct_output_counts(exp.requests)
-    assert fixed["output_count_suspect"].sum() > 1000  # 1,377 of 9,000 in this run
+    assert fixed["output_count_suspect"].sum() > 2000  # 2,336 of 9,000 in this run
     sus = fixed[fixed["output_count_suspect"]]
-    assert (sus["output_tokens"] > 2.5 * sus["output_tokens_recorded"].clip(lower=1)).mean() > 0.95
+    # flagged: decode time per recorded token >= 1.5 x the stage median; the implied counts
+    # land near the workload's ~250 tokens (1st percentile 206 in this run)
+    assert (sus["output_tokens"] >= 1.45 * sus["output_tokens_recorded"].clip(lower=1)).all()
+    assert sus["output_tokens"].quantile(0.05) > 200
     assert (exp.requests["output_tokens"] == fixed["output_tokens_recorded"]).all()
+
+
+def test_correctly_counted_runs_are_left_alone():
+    # CodeLlama-34B's requests all record their ~250 tokens: natural per-token spread
+    # within a stage stays under the 1.5 x median threshold, so nothing is flagged
+    exp = read_inference_perf(REAL / "20260218-150304-codellama-34b-tp2-general")
+    assert not correct_output_counts(exp.requests)["output_count_suspect"].any()
 
 
 def test_validate_small_slice(tmp_path):
