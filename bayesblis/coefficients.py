@@ -214,7 +214,8 @@ def export_record(draws: CoefficientDraws, *, prob: float | None = None, context
                   "alpha": "µs per request (alpha_const_s) or per token"},
         "beta": summary["beta"],
         "alpha": summary["alpha"],
-        "blis": {"beta_order": list(BLIS_BETA_ORDER), "beta_coeffs": to_blis_beta(mean_beta, tp=tp_of(draws.config)),
+        "blis": {"beta_order": list(BLIS_BETA_ORDER),
+                 "beta_coeffs": to_blis_beta(mean_beta, tp=tp_of(draws.config)),
                  "alpha_order": list(BLIS_ALPHA_ORDER), "alpha_coeffs": to_blis_alpha(mean_alpha)},
         **({"context": context} if context else {}),
     }

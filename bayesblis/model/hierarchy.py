@@ -6,9 +6,9 @@ For configuration ``c`` and coefficient ``k``::
                 + tau_family[k] z_family[f(c), k] + tau_config[k] z_config[c, k]
     beta[c, k]  = exp(theta[c, k])                         (non-centred, positive)
 
-The per-step constants (weight streaming, all-reduce latency, per-layer and per-step overheads:
-``STEP_CONSTANT_FEATURES``) are one number per step inside a configuration, so the data of
-that configuration fix only their sum. Each configuration therefore gets a centred
+The per-step constants (weight streaming, all-reduce latency, per-layer and per-step
+overheads: ``STEP_CONSTANT_FEATURES``) are one number per step inside a configuration, so
+the data of that configuration fix only their sum. Each configuration therefore gets a centred
 per-step constant ``L[c] ~ Normal(log P[c], tau_step_const)``, ``P[c]`` being the sum the
 population coefficients predict, and those coefficients are scaled by ``exp(L[c]) / P[c]``
 (`LatencyModel._step_constant`): no ridge inside a configuration, and the split is learnt

@@ -71,9 +71,10 @@ ALPHA_PRIORS = {
 STEP_CONSTANT_FEATURES = ("weight_traffic_s", "tp_sync_s", "layer_overhead_s", "step_overhead_s")
 """Beta features paid once per step whatever the batch (weight streaming of a dense model,
 all-reduce latency, per-layer launches, per-step scheduling). Inside one configuration only
-their *sum* per step is identified; the model therefore gives each configuration one per-step constant,
-centred on the physics sum of these features with spread ``tau_step_const`` (see
-model/hierarchy.py), and the split between them is learnt across configurations."""
+their *sum* per step is identified; the model therefore gives each configuration one
+per-step constant, centred on the physics sum of these features with spread
+``tau_step_const`` (see model/hierarchy.py), and the split between them is learnt across
+configurations."""
 
 HYPER_PRIORS = {
     # HalfNormal scales of the level effects on the log scale, per coefficient.
