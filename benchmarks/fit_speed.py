@@ -29,7 +29,7 @@ Usage (from the repository root)::
     python3 benchmarks/fit_speed.py --check-n 5000 --cache /tmp/fit_cache
                                                 # the recorded run: ~50 min at load 4-8 on 2 cores
     python3 benchmarks/fit_speed.py --full-200k # also NUTS on all 200k single steps
-    python3 benchmarks/fit_speed.py --target-only --tune 300
+    python3 benchmarks/fit_speed.py --target-only --tune 300 --max-treedepth 6
                                                 # only NUTS on the 200k single steps
     python3 benchmarks/fit_speed.py --backends-only   # only nutpie vs numpyro (section 4)
 

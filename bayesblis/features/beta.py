@@ -107,6 +107,12 @@ class FeatureMap:
                 float(self.moe_coeff_s * beta[WEIGHT_TRAFFIC_INDEX]))
 
 
+def allreduce_rounds_per_layer(tp: int) -> float:
+    """All-reduce exchange rounds per layer and step (the count `tp_sync_s` prices): two
+    all-reduces per layer, log2(tp) rounds each, whatever the bytes; 0 without TP."""
+    return 2 * float(np.log2(tp))
+
+
 def feature_weights(deployment: Deployment) -> FeatureMap:
     """The affine map from aggregates to features for one deployment (cached on it)."""
     cached = deployment.__dict__.get("_feature_map")
@@ -146,8 +152,7 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
         per_token = 2 * m.n_layers * m.hidden_size * ACTIVATION_BYTES * 2 * (d.tp - 1) / d.tp / link
         W[a["prefill_tokens"], f["tp_comm_s"]] = per_token
         W[a["num_decode_reqs"], f["tp_comm_s"]] = per_token
-        # all-reduce latency: 2 per layer, log2(tp) exchange rounds each, whatever the bytes
-        b[f["tp_sync_s"]] = 2 * m.n_layers * np.log2(d.tp) * US
+        b[f["tp_sync_s"]] = m.n_layers * allreduce_rounds_per_layer(d.tp) * US
     if d.ep > 1:
         per_token = (2 * m.n_moe_layers * m.n_experts_per_tok * m.hidden_size * ACTIVATION_BYTES
                      * (d.ep - 1) / d.ep / link)
@@ -231,7 +236,8 @@ def to_blis_beta(beta: Mapping[str, float], tp: int = 1) -> list[float]:
     if missing:
         raise KeyError(f"coefficients missing: {', '.join(missing)}")
     g = lambda k: float(beta[k])  # noqa: E731
-    per_layer = g("layer_overhead_s") + 2 * np.log2(tp) * float(beta.get("tp_sync_s", 0.0))
+    per_layer = (g("layer_overhead_s")
+                 + allreduce_rounds_per_layer(tp) * float(beta.get("tp_sync_s", 0.0)))
     return [g("prefill_compute_s"), g("decode_compute_s"), g("weight_traffic_s"), g("tp_comm_s"),
             per_layer, g("request_overhead_s"), g("step_overhead_s"), 0.0,
             g("kv_traffic_s"), g("kv_traffic_s"), g("ep_comm_s")]
