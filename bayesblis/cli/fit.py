@@ -20,9 +20,13 @@ import click
               help="Subsample windows per configuration (0 = all).")
 @click.option("--priors", "priors_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="YAML/JSON file of prior overrides (see data_specs/priors.md).")
+@click.option("--nuts-backend", type=click.Choice(["numba", "jax"]), default="numba",
+              show_default=True,
+              help="How nutpie evaluates the log density: numba, or jax (compiles in seconds, "
+                   "faster on large tables; see README, fit speed).")
 @click.option("--seed", default=1, show_default=True, type=int)
 def command(dataset, out_path, method, draws, tune, chains, hardware, max_obs_per_config,
-            priors_path, seed):
+            priors_path, nuts_backend, seed):
     """Fit alpha/beta with partial pooling; print diagnostics; write POSTERIOR.nc."""
     from bayesblis.design import build_model_data
     from bayesblis.io.dataset import Dataset
@@ -33,5 +37,6 @@ def command(dataset, out_path, method, draws, tune, chains, hardware, max_obs_pe
                             max_obs_per_config=max_obs_per_config or None, seed=seed)
     priors = load_prior_overrides(priors_path) if priors_path else None
     fit_and_save(data, out_path, method=method, priors=priors,
-                 sampler_config={"draws": draws, "tune": tune, "chains": chains, "seed": seed},
+                 sampler_config={"draws": draws, "tune": tune, "chains": chains, "seed": seed,
+                                 "nuts_backend": nuts_backend},
                  echo=click.echo)

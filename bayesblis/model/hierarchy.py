@@ -37,7 +37,11 @@ hierarchy in the same likelihood.
 
 Observations are sorted by configuration, so the means are one matrix-vector product per
 configuration (`_segment_dot`), not a coefficient row gathered per observation (3x faster
-gradients at 200k rows); minibatched ADVI, whose rows are random, gathers.
+gradients at 200k rows); minibatched ADVI, whose rows are random, gathers. The Student-t
+density is written out (`student_t_logp`, equal to PyMC's) with its constant computed once,
+a table without request-level rows leaves the alpha product out of the mean, and a table
+of exact kinds only skips the per-kind error: the same posterior with a cheaper gradient
+and a smaller graph to compile. nutpie evaluates it with numba or JAX (``nuts_backend``).
 """
 
 from __future__ import annotations
@@ -69,10 +73,13 @@ non-shrinking relative error ``sigma_kind``."""
 DEFAULT_SAMPLER = {"draws": 500, "tune": 500, "chains": 2, "target_accept": 0.9,
                    "low_rank_mass_matrix": True, "max_treedepth": 10,
                    "seed": 1, "advi_iterations": 30000, "advi_learning_rate": 0.01,
-                   "store_obs_means": True, "advi_mode": None}
+                   "store_obs_means": True, "advi_mode": None, "nuts_backend": "numba"}
 """``advi_mode``: pytensor compile mode of the ADVI step (None: pytensor's default, C;
 "NUMBA": longer compile, about 6x faster steps on this model); ``store_obs_means``: keep
-the per-observation ``mean_s`` in NUTS traces."""
+the per-observation ``mean_s`` in NUTS traces; ``nuts_backend``: how nutpie evaluates the
+log density, "numba" (compiled once, reused by weighted refits) or "jax" (the data frozen
+into an XLA program: compiles in seconds instead of minutes and has the faster gradient on
+large tables, see benchmarks/fit_speed.py; a weighted refit compiles again)."""
 
 
 class LatencyModel:
@@ -89,6 +96,7 @@ class LatencyModel:
         self.data: ModelData | None = None
         self.model: pm.Model | None = None
         self._compiled = None
+        self._compiled_backend: str | None = None
         self.minibatch_size: int | None = None
         self.idata = None
         self.fit_info: dict = {}
@@ -124,6 +132,9 @@ class LatencyModel:
         for j, name in enumerate(self.alpha_features):
             if f"a_{name}" in obs.columns:
                 alpha_matrix[:, j] = obs[f"a_{name}"].to_numpy(float)
+        # step-only tables (no request-level delays) skip the alpha product: a smaller graph
+        # (faster compile) and a cheaper gradient; alpha then keeps its prior
+        self.alpha_in_mean = bool(alpha_matrix.any())
         kinds = data.kinds()
         runs = data.repeated_runs()
         run_idx = data.run_slots(runs)
@@ -191,8 +202,9 @@ class LatencyModel:
                 mean = (X * beta[cfg]).sum(axis=-1) + (XA * alpha[cfg]).sum(axis=-1)
             else:  # rows sorted by configuration: one matrix-vector product per configuration
                 segment = pm.Data("config_bounds", bounds)
-                mean = (_segment_dot(X, beta, segment, len(configs))
-                        + _segment_dot(XA, alpha, segment, len(configs)))
+                mean = _segment_dot(X, beta, segment, len(configs))
+                if self.alpha_in_mean:
+                    mean = mean + _segment_dot(XA, alpha, segment, len(configs))
             if data.has_repeated_runs():
                 run = columns[6]
                 tau_run = pm.HalfNormal("tau_run", hyper["tau_run"])
@@ -201,17 +213,20 @@ class LatencyModel:
                 mean = mean * factor[run]
             if minibatch_size is None:
                 mean = pm.Deterministic("mean_s", mean, dims=DIM_OBS)
-            step_var = sigma_step[cfg] ** 2 / pt.maximum(n_steps, 1.0) * (n_steps > 0)
-            rel = pt.sqrt(step_var + kind_sigma[kind] ** 2)
+            steps_share = (n_steps > 0) / pt.maximum(n_steps, 1.0)  # data only
+            if approx.any():
+                rel = pt.sqrt(sigma_step[cfg] ** 2 * steps_share + kind_sigma[kind] ** 2)
+            else:  # exact kinds only: no per-kind error to gather and add
+                rel = sigma_step[cfg] * pt.sqrt(steps_share)
             if weighted:
                 weight = pm.Data("weight", np.ones(len(obs)), dims=DIM_OBS)
-                loglik = pm.logp(pm.StudentT.dist(nu=nu, mu=mean, sigma=mean * rel), y)
+                loglik = student_t_logp(y, nu, mean, mean * rel)
                 pm.Potential("y_loglik", (weight * loglik).sum())
-            elif minibatch_size is not None:
-                pm.StudentT("y_obs", nu=nu, mu=mean, sigma=mean * rel, observed=y,
-                            total_size=len(obs))
             else:
-                pm.StudentT("y_obs", nu=nu, mu=mean, sigma=mean * rel, observed=y, dims=DIM_OBS)
+                pm.CustomDist("y_obs", nu, mean, mean * rel, dist=_student_t, logp=student_t_logp,
+                              observed=y,
+                              **({"total_size": len(obs)} if minibatch_size is not None
+                                 else {"dims": DIM_OBS}))
         self.model = model
         self._compiled = None
         return model
@@ -335,6 +350,8 @@ class LatencyModel:
         self._weights = np.asarray(weight, float)
         with self.model:
             pm.set_data({"weight": self._weights})
+        if self._compiled_backend == "jax":  # the weights are frozen in: compile again
+            self._compiled = None
         self.idata = None
         return self.fit(method=method, progressbar=progressbar, **overrides)
 
@@ -343,10 +360,10 @@ class LatencyModel:
 
         if self.minibatch_size is not None:
             raise BayesBlisError("NUTS needs the whole likelihood: build without minibatch_size")
-        if self._compiled is None:
-            self._compiled = nutpie.compile_pymc_model(self.model, var_names=self._trace_names(cfg))
+        if self._compiled is None or self._compiled_backend != cfg["nuts_backend"]:
+            self.compile_nuts(cfg)
         compiled = self._compiled
-        if getattr(self, "_weights", None) is not None:
+        if getattr(self, "_weights", None) is not None and self._compiled_backend == "numba":
             compiled = compiled.with_data(weight=self._weights)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -356,6 +373,22 @@ class LatencyModel:
                                  progress_bar=progressbar, save_warmup=False,
                                  low_rank_modified_mass_matrix=cfg["low_rank_mass_matrix"],
                                  maxdepth=cfg["max_treedepth"])
+
+    def compile_nuts(self, cfg: dict | None = None) -> None:
+        """Compile the log density and its gradient for nutpie, with the backend named by
+        ``nuts_backend`` (`fit` does this when needed; call it to time compiling apart)."""
+        import nutpie
+
+        cfg = {**self.sampler_config, **(cfg or {})}
+        backend = cfg["nuts_backend"]
+        if backend not in ("numba", "jax"):
+            raise BayesBlisError(f"unknown nuts_backend '{backend}' (use numba or jax)")
+        extra = {"backend": "jax", "gradient_backend": "jax"} if backend == "jax" else {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._compiled = nutpie.compile_pymc_model(self.model, var_names=self._trace_names(cfg),
+                                                       **extra)
+        self._compiled_backend = backend
 
     def _trace_names(self, cfg) -> list[str] | None:
         """Variables a NUTS trace keeps: all (None) unless ``store_obs_means`` is False,
@@ -402,6 +435,9 @@ class LatencyModel:
         obs = data.obs
         alpha_matrix = np.column_stack([obs[f"a_{f}"].to_numpy(float) if f"a_{f}" in obs
                                         else np.zeros(len(obs)) for f in self.alpha_features])
+        if alpha_matrix.any() and not self.alpha_in_mean:
+            raise BayesBlisError("these observations have request-level (alpha) features but "
+                                 "the model was built on step observations only; build it on them")
         kinds = list(self.model.coords["kind"])
         with self.model:
             pm.set_data({"X": obs[[f"f_{f}" for f in self.beta_features]].to_numpy(float),
@@ -462,6 +498,23 @@ def _level_scale(name, short, hyper, dims=None, n_groups=None):
         size = len(pm.modelcontext(None).coords[dims])
         return pm.Deterministic(name, pt.fill(pt.zeros(size), hyper[f"tau_{short}"]), dims=dims)
     return pm.HalfNormal(name, hyper[f"tau_{short}"], dims=dims)
+
+
+def _student_t(nu, mu, sigma, size):
+    """The likelihood's generative form (posterior predictive draws)."""
+    return pm.StudentT.dist(nu=nu, mu=mu, sigma=sigma, size=size)
+
+
+def student_t_logp(value, nu, mu, sigma):
+    """Student-t log density, equal to ``pm.logp(pm.StudentT.dist(nu, mu, sigma), value)``.
+
+    Written out with the normalising constant as one scalar expression and without
+    PyMC's per-row parameter checks: a faster log-density gradient at 200k rows
+    (benchmarks/fit_speed.py).
+    """
+    z = (value - mu) / sigma
+    const = pt.gammaln((nu + 1.0) / 2.0) - pt.gammaln(nu / 2.0) - 0.5 * pt.log(np.pi * nu)
+    return const - pt.log(sigma) - (nu + 1.0) / 2.0 * pt.log1p(z ** 2 / nu)
 
 
 def _segment_dot(matrix, coef, bounds, n_config: int):

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bayesblis.errors import InputError, ModelVersionError, UnseenLevelError
+from bayesblis.errors import BayesBlisError, InputError, ModelVersionError, UnseenLevelError
 from bayesblis.model.data import ModelData
 from bayesblis.model.hierarchy import LatencyModel
 from bayesblis.model.priors import merge_priors
@@ -125,3 +125,47 @@ def test_load_names_a_non_netcdf_file(tmp_path):
     bad.write_text("not netcdf")
     with pytest.raises(InputError, match="x.nc"):
         load_posterior(bad)
+
+
+def test_student_t_log_density_equals_pymcs():
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    from bayesblis.model.hierarchy import student_t_logp
+
+    value = np.array([0.2, 1.0, 1.05, 7.0])
+    mu, sigma = np.array([1.0, 1.0, 1.1, 2.0]), np.array([0.1, 0.5, 0.05, 2.0])
+    for nu in (2.1, 4.0, 30.0):
+        mine = student_t_logp(pt.as_tensor(value), nu, mu, sigma).eval()
+        pymc = pm.logp(pm.StudentT.dist(nu=nu, mu=mu, sigma=sigma), value).eval()
+        np.testing.assert_allclose(mine, pymc, rtol=1e-12)
+
+
+def test_step_only_tables_leave_alpha_out_of_the_mean(tiny_fit):
+    model, _, _ = tiny_fit
+    assert not model.alpha_in_mean
+    obs = model.data.obs.copy()
+    obs["a_alpha_const_s"] = 1.0
+    with pytest.raises(BayesBlisError, match="request-level"):
+        model.sample_posterior_predictive(ModelData(model.data.configs, obs))
+
+
+def test_jax_backend_fits_and_refits_with_weights():
+    """nutpie on the JAX backend (data frozen into the program): a real fit, then a weighted
+    refit that must compile again with the new weights (here: half the rows dropped)."""
+    data, _ = synthetic_data(n_obs=20, hardware=("H100-SXM",), tps=(1,))
+    lm = LatencyModel(sampler_config={"draws": 30, "tune": 30, "chains": 1, "seed": 2,
+                                      "nuts_backend": "jax"})
+    lm.build_model(data, weighted=True)
+    with pytest.warns(Warning):  # 30 draws cannot pass the ESS threshold
+        first = lm.fit(progressbar=False)
+    assert lm._compiled_backend == "jax"
+    compiled = lm._compiled
+    weight = (np.arange(len(data.obs)) % 2).astype(float)
+    with pytest.warns(Warning):
+        lm.refit_weighted(weight)
+    assert lm._compiled is not compiled
+    assert first.posterior["beta"].shape == lm.idata.posterior["beta"].shape
+    assert not np.allclose(first.posterior["beta"].values, lm.idata.posterior["beta"].values)
+    with pytest.raises(BayesBlisError, match="nuts_backend"):
+        lm.fit(progressbar=False, nuts_backend="stan")
