@@ -14,8 +14,8 @@ Sections (each prints a table; medians of ``--reps`` repetitions where repeated)
    (`bayesblis.model.reduce.sum_similar_steps`) of the same table: per configuration
    and coefficient, |difference of posterior means| in full-data posterior sds and the
    ratio of 90% interval widths.
-3. Fits: nutpie wall time per size and data form, compile time (pytensor -> numba)
-   reported apart from sampling, diagnostics against `bayesblis.model.diagnostics`.
+3. Fits: nutpie wall time per size and data form, compile time (pytensor -> numba, or
+   JAX with ``--nuts-backend jax``) reported apart from sampling, diagnostics against `bayesblis.model.diagnostics`.
 4. Backends: nutpie (numba) vs PyMC's JAX/numpyro NUTS on one table: gradient time,
    compile (JIT) time, sampling wall, min bulk ESS per second.
 
@@ -29,13 +29,14 @@ Usage (from the repository root)::
     python3 benchmarks/fit_speed.py --check-n 5000 --cache /tmp/fit_cache
                                                 # the recorded run: ~50 min at load 4-8 on 2 cores
     python3 benchmarks/fit_speed.py --full-200k # also NUTS on all 200k single steps
-    python3 benchmarks/fit_speed.py --target-only --tune 300 --max-treedepth 6
-                                                # only NUTS on the 200k single steps
+    python3 benchmarks/fit_speed.py --target-only --tune 300 --draws 1000 --max-treedepth 6 --nuts-backend jax
+                                                # only NUTS on the 200k single steps (the recorded run)
     python3 benchmarks/fit_speed.py --backends-only   # only nutpie vs numpyro (section 4)
 
 ``--cache DIR`` keeps every fit's result and reuses it when the run is started again.
 
-Needs the ``bench`` extra for the numpyro comparison (``pip install -e .[bench]``).
+Needs the ``bench`` extra for the numpyro comparison (``pip install -e .[bench]``; jax itself
+is a dependency of the package, for ``--nuts-backend jax``).
 Writes benchmarks/results/fit_speed.json (or --out).
 """
 
@@ -109,13 +110,10 @@ def build(data: ModelData):
 
 
 def compile_nutpie(lm) -> float:
-    """Compile the model for nutpie (pytensor -> numba); returns seconds."""
-    import nutpie
-
+    """Compile the model for nutpie (pytensor -> numba, or jax with --nuts-backend jax);
+    returns seconds."""
     t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lm._compiled = nutpie.compile_pymc_model(lm.model, var_names=lm._trace_names(lm.sampler_config))
+    lm.compile_nuts()
     return time.perf_counter() - t0
 
 
@@ -158,6 +156,7 @@ def gradient_curve(tables: dict, reps: int) -> list[dict]:
     """
     first = next(iter(tables.values()))
     lm, _ = build(first)
+    lm.sampler_config["nuts_backend"] = "numba"  # the data are swapped into its shared variables
     compile_s = compile_nutpie(lm)
     fn = lm._compiled.logp_func
     shared = {v.name: v for v in fn.get_shared()}
@@ -212,7 +211,8 @@ def fit_nutpie(data: ModelData, label: str) -> dict:
     diag = lm.fit_info["diagnostics"]
     sample_s = lm.fit_info["wall_s"]
     stats = idata.sample_stats
-    out = {"label": label, "backend": "nutpie", "n_rows": len(data.obs),
+    backend = "nutpie" if SAMPLER.get("nuts_backend", "numba") == "numba" else "nutpie-jax"
+    out = {"label": label, "backend": backend, "n_rows": len(data.obs),
            "n_steps": int(data.obs["n_steps"].sum()), "build_s": round(build_s, 2),
            "compile_s": round(compile_s, 1), "sample_s": round(sample_s, 1),
            "grad_evals_draws": int(stats["n_steps"].sum()),
@@ -382,12 +382,16 @@ def main(argv=None) -> int:
                     help="keep fit results in this folder and reuse them (resume a run)")
     ap.add_argument("--similarity", choices=("seconds", "spread"), default="seconds",
                     help="how steps are grouped into windows (bayesblis.model.reduce)")
+    ap.add_argument("--draws", type=int, default=SAMPLER["draws"],
+                    help="NUTS draws per chain after tuning")
     ap.add_argument("--tune", type=int, default=SAMPLER["tune"],
                     help="NUTS tuning iterations per chain (most gradient evaluations of a "
                          "fit are spent early in tuning)")
     ap.add_argument("--max-treedepth", type=int, default=None,
                     help="NUTS tree-depth cap (package default 10); 6 caps the long trees of "
                          "early tuning, the draws' share at the cap is recorded")
+    ap.add_argument("--nuts-backend", choices=("numba", "jax"), default="numba",
+                    help="how nutpie evaluates the log density in the fits (sections 3, target)")
     ap.add_argument("--target-only", action="store_true",
                     help="only the target: NUTS on all 200k single steps (writes "
                          "fit_speed_200k.json unless --out)")
@@ -397,9 +401,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     global CACHE_DIR, SIMILARITY
     CACHE_DIR, SIMILARITY = args.cache, args.similarity
-    SAMPLER["tune"] = args.tune
+    SAMPLER["tune"], SAMPLER["draws"] = args.tune, args.draws
     if args.max_treedepth is not None:
         SAMPLER["max_treedepth"] = args.max_treedepth
+    SAMPLER["nuts_backend"] = args.nuts_backend
     if args.target_only:
         return target_only(args)
     if args.backends_only:
