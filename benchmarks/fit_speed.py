@@ -32,6 +32,7 @@ Usage (from the repository root)::
     python3 benchmarks/fit_speed.py --target-only --tune 300 --draws 1000 --max-treedepth 6 --nuts-backend jax
                                                 # only NUTS on the 200k single steps (the recorded run)
     python3 benchmarks/fit_speed.py --backends-only   # only nutpie vs numpyro (section 4)
+    python3 benchmarks/fit_speed.py --gradients-only  # only section 1, numba and JAX
 
 ``--cache DIR`` keeps every fit's result and reuses it when the run is started again.
 
@@ -164,7 +165,8 @@ def gradient_curve(tables: dict, reps: int) -> list[dict]:
     rows = []
     for name, data in tables.items():
         for var, values in data_arrays(lm, data).items():
-            shared[var].set_value(values.astype(shared[var].get_value().dtype))
+            if var in shared:  # (XA is not in a step-only model's log density)
+                shared[var].set_value(values.astype(shared[var].get_value().dtype))
         logp, grad = fn(point)
         assert np.isfinite(logp) and np.all(np.isfinite(grad)), name
         per_call_s = time_calls(lambda: fn(point), reps)
@@ -287,16 +289,12 @@ def numpyro_idata_kwargs(model) -> dict:
     return {"log_likelihood": False, "dims": {n: [] for n in clash}}
 
 
-@cached
-def fit_numpyro(data: ModelData, label: str, reps: int) -> dict:
-    """PyMC's JAX/numpyro NUTS on `data`: JAX gradient time, JIT compile, sampling wall."""
+def jax_gradient_time(model, reps: int) -> tuple[float, float]:
+    """(JIT seconds, median seconds per call) of the model's log density + gradient
+    compiled by JAX (PyMC's jaxified log density: the data are constants of the program)."""
     import jax
-    from pymc.sampling.jax import get_jaxified_logp, sample_numpyro_nuts
+    from pymc.sampling.jax import get_jaxified_logp
 
-    from bayesblis.model.diagnostics import diagnose
-
-    lm, build_s = build(data)
-    model = lm.model
     logp_fn = get_jaxified_logp(model, negative_logp=False)
     point = model.initial_point()
     x = [np.asarray(point[v.name]) for v in model.value_vars]
@@ -304,7 +302,53 @@ def fit_numpyro(data: ModelData, label: str, reps: int) -> dict:
     t0 = time.perf_counter()
     jax.block_until_ready(grad(x))
     jit_s = time.perf_counter() - t0
-    grad_s = time_calls(lambda: jax.block_until_ready(grad(x)), reps)
+    return jit_s, time_calls(lambda: jax.block_until_ready(grad(x)), reps)
+
+
+def gradients_only(args) -> int:
+    """Section 1 alone on single steps, numba and JAX side by side (one run, same data)."""
+    load0 = os.getloadavg()
+    sizes = plan(args)["curve"]
+    full = fleet(sizes[-1])
+    tables = {f"steps {n:,}": head_per_config(full, n) for n in sizes}
+    print(f"fit_speed --gradients-only: log-density + gradient per call, median of {args.reps}; "
+          f"load average at start {load0[0]:.2f}")
+    print(f"  {'table':<22}{'rows':>10}{'steps':>11}{'ms / eval':>12}{'ns / row':>11}   (numba)")
+    curve = gradient_curve(tables, args.reps)
+    print(f"  (numba compile, once: {curve[0]['compile_s']} s)")
+    print(f"\n  {'table':<22}{'rows':>10}{'JIT s':>8}{'ms / eval':>12}{'ns / row':>11}"
+          f"{'numba / JAX':>13}   (JAX)")
+    for row, (name, data) in zip(curve[1:], tables.items()):
+        lm, _ = build(data)
+        jit_s, grad_s = jax_gradient_time(lm.model, args.reps)
+        row.update(jax_jit_s=round(jit_s, 1), jax_grad_eval_ms=round(grad_s * 1e3, 3),
+                   jax_ns_per_row=round(grad_s * 1e9 / len(data.obs), 1))
+        ratio = row["grad_eval_ms"] / row["jax_grad_eval_ms"]
+        print(f"  {name:<22}{len(data.obs):>10,}{jit_s:>8.1f}{grad_s * 1e3:>12.3f}"
+              f"{row['jax_ns_per_row']:>11.1f}{ratio:>13.2f}", flush=True)
+    slopes = {}
+    for backend, key in (("numba", "grad_eval_ms"), ("jax", "jax_grad_eval_ms")):
+        slopes[backend] = round(float(np.polyfit(np.log([r["n_rows"] for r in curve[1:]]),
+                                                 np.log([r[key] for r in curve[1:]]), 1)[0]), 3)
+    print(f"  growth exponent d log(time) / d log(rows): numba {slopes['numba']:.2f}, "
+          f"JAX {slopes['jax']:.2f} (<= 1: at most linear)")
+    finish({"benchmark": "fit_speed --gradients-only",
+            "gradient_curve": {"numba_compile_s": curve[0]["compile_s"], "rows": curve[1:],
+                               "loglog_slope": slopes}},
+           args, load0, "fit_speed_gradients.json")
+    return 0
+
+
+@cached
+def fit_numpyro(data: ModelData, label: str, reps: int) -> dict:
+    """PyMC's JAX/numpyro NUTS on `data`: JAX gradient time, JIT compile, sampling wall."""
+    from pymc.sampling.jax import sample_numpyro_nuts
+
+    from bayesblis.model.diagnostics import diagnose
+
+    lm, build_s = build(data)
+    model = lm.model
+    jit_s, grad_s = jax_gradient_time(model, reps)
     names = numpyro_trace_names(model)
     t0 = time.perf_counter()
     with model, warnings.catch_warnings():
@@ -395,6 +439,9 @@ def main(argv=None) -> int:
     ap.add_argument("--target-only", action="store_true",
                     help="only the target: NUTS on all 200k single steps (writes "
                          "fit_speed_200k.json unless --out)")
+    ap.add_argument("--gradients-only", action="store_true",
+                    help="only section 1 on single steps, numba and JAX side by side (writes "
+                         "fit_speed_gradients.json unless --out)")
     ap.add_argument("--backends-only", action="store_true",
                     help="only section 4 on the --quick run's table (100k steps as windows of "
                          "50; writes fit_speed_backends.json unless --out)")
@@ -407,6 +454,8 @@ def main(argv=None) -> int:
     SAMPLER["nuts_backend"] = args.nuts_backend
     if args.target_only:
         return target_only(args)
+    if args.gradients_only:
+        return gradients_only(args)
     if args.backends_only:
         return backends_only(args)
     p = plan(args)
