@@ -15,7 +15,8 @@ Sections (each prints a table; medians of ``--reps`` repetitions where repeated)
    and coefficient, |difference of posterior means| in full-data posterior sds and the
    ratio of 90% interval widths.
 3. Fits: nutpie wall time per size and data form, compile time (pytensor -> numba, or
-   JAX with ``--nuts-backend jax``) reported apart from sampling, diagnostics against `bayesblis.model.diagnostics`.
+   JAX with ``--nuts-backend jax``) reported apart from sampling, diagnostics against
+   `bayesblis.model.diagnostics`.
 4. Backends: nutpie (numba) vs PyMC's JAX/numpyro NUTS on one table: gradient time,
    compile (JIT) time, sampling wall, min bulk ESS per second.
 

@@ -1,10 +1,7 @@
-import json
-
 import numpy as np
-import pandas as pd
 import pytest
 
-from bayesblis.errors import BayesBlisError, InputError, ModelVersionError, UnseenLevelError
+from bayesblis.errors import BayesBlisError, InputError, ModelVersionError
 from bayesblis.model.data import ModelData
 from bayesblis.model.hierarchy import LatencyModel
 from bayesblis.model.priors import merge_priors
