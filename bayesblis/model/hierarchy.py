@@ -182,8 +182,6 @@ class LatencyModel:
                 sigma_approx = pm.HalfNormal("sigma_kind", hyper["sigma_kind"], dims="approx_kind")
                 slot = np.cumsum(approx).astype(np.int64) - 1
                 kind_sigma = pt.switch(approx > 0, sigma_approx[np.maximum(slot, 0)], 0.0)
-            else:
-                kind_sigma = pt.zeros(len(kinds))
             nu = pm.Deterministic(
                 "nu", 2.0 + pm.Exponential("nu_excess", 1.0 / hyper["nu_excess_mean"]))
 
