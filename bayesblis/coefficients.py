@@ -17,7 +17,7 @@ from bayesblis.constants import CI_PROB, DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEAT
 from bayesblis.errors import UnseenLevelError
 from bayesblis.model.data import config_key, config_row, tp_of
 from bayesblis.model.hierarchy import LEVELS
-from bayesblis.model.priors import STEP_CONSTANT_FEATURES
+from bayesblis.model.priors import PROPORTIONAL_GROUPS
 
 LEVEL_COLUMNS = {short: column for short, _, column in LEVELS}
 
@@ -157,11 +157,13 @@ def _population_draws(post, name, dim, values, seen, rng):
         else:
             effect = tau * rng.standard_normal(tau.shape)
         theta[:, cols] += effect
-    if name == "beta" and "beta_tau_step_const" in post:
-        # a new configuration's per-step constant strays from its physics sum like a
-        # fitted one's does (model/hierarchy.py, LatencyModel._step_constant)
-        group = [features.index(f) for f in STEP_CONSTANT_FEATURES if f in features]
-        tau = _stacked(post, "beta_tau_step_const").values
+    for group_name, members in PROPORTIONAL_GROUPS.items():
+        if name != "beta" or f"beta_tau_{group_name}" not in post:
+            continue
+        # a new configuration's group sum (per-step constant, KV cost per token) strays from
+        # its physics sum like a fitted one's does (LatencyModel._proportional_groups)
+        group = [features.index(f) for f in members if f in features]
+        tau = _stacked(post, f"beta_tau_{group_name}").values
         theta[:, group] += (tau * rng.standard_normal(tau.shape))[:, None]
     return np.exp(theta)
 

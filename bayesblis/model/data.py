@@ -97,6 +97,25 @@ class ModelData:
         lookup = {r: i for i, r in enumerate(runs)}
         return self.obs["run"].astype(str).map(lookup).fillna(len(runs)).to_numpy(np.int64)
 
+    def run_centring(self, runs: list[str], weight: np.ndarray | None = None) -> np.ndarray:
+        """[run, run] matrix ``A`` with ``(A @ z)[r]`` the mean of ``z`` over the runs of
+        run r's configuration: ``z - A @ z`` sums to zero within each configuration. With
+        observation weights, the mean is over the runs that keep a positive weight (a
+        held-out run neither counts nor anchors its configuration)."""
+        obs = self.obs.assign(run=self.obs["run"].astype(str))
+        if weight is not None:
+            kept = set(obs.loc[np.asarray(weight) > 0, "run"])
+        else:
+            kept = set(obs["run"])
+        config_of = obs.drop_duplicates("run").set_index("run")["config"].astype(str)
+        centring = np.zeros((len(runs), len(runs)))
+        for r, run in enumerate(runs):
+            peers = [s for s, other in enumerate(runs)
+                     if config_of[other] == config_of[run] and other in kept]
+            if peers:
+                centring[r, peers] = 1.0 / len(peers)
+        return centring
+
     def kinds(self) -> list[str]:
         """Sorted distinct observation kinds."""
         return sorted(self.obs["kind"].astype(str).unique())

@@ -6,13 +6,14 @@ For configuration ``c`` and coefficient ``k``::
                 + tau_family[k] z_family[f(c), k] + tau_config[k] z_config[c, k]
     beta[c, k]  = exp(theta[c, k])                         (non-centred, positive)
 
-The per-step constants (weight streaming, all-reduce latency, per-layer and per-step
-overheads: ``STEP_CONSTANT_FEATURES``) are one number per step inside a configuration, so
-the data of that configuration fix only their sum. Each configuration therefore gets a centred
-per-step constant ``L[c] ~ Normal(log P[c], tau_step_const)``, ``P[c]`` being the sum the
-population coefficients predict, and those coefficients are scaled by ``exp(L[c]) / P[c]``
-(`LatencyModel._step_constant`): no ridge inside a configuration, and the split is learnt
-from how the constants vary across configurations.
+Some features are exactly proportional inside a configuration (``PROPORTIONAL_GROUPS``: the
+per-step constants, weight streaming, all-reduce latency, per-layer and per-step overheads;
+the two per-KV-token costs), so the data of that configuration fix only their sum. Each
+configuration therefore gets one centred log sum per group
+``L[c] ~ Normal(log P[c], tau_<group>)``, ``P[c]`` being the sum the population
+coefficients predict, and the group's coefficients are scaled by ``exp(L[c]) / P[c]``
+(`LatencyModel._proportional_groups`): no ridge inside a configuration, and the split is
+learnt from how the sums vary across configurations.
 
 A window observation of ``n`` summed steps with summed features ``F`` has expected
 duration ``m = F . beta[c]`` and likelihood::
@@ -21,8 +22,10 @@ duration ``m = F . beta[c]`` and likelihood::
 
 A run (one traced experiment) scales every expected duration by ``exp(tau_run z_run)``:
 machines, drivers and days differ, and a prediction for a new run draws a new factor.
-(Only runs of configurations traced several times get a factor; a lone run's effect
-would be its configuration's, a ridge.)
+Only runs of configurations traced several times get a factor, and the factors of one
+configuration's runs sum to zero on the log scale (``z_run = z_free - mean over the
+configuration``): a lone run's effect, or the mean effect of a configuration's runs, would
+be the configuration's own level, a ridge (chains drifted along it: r_hat 1.3).
 ``sigma_kind`` (0 for kinds in EXACT_KINDS) is the error of the window's source (a reconstructed client-side
 window is less exact than a traced step gap) and does not shrink with ``n``. Alpha
 features enter the same mean (``m = F . beta[c] + A . alpha[c]``), so a TTFT window holds
@@ -59,7 +62,7 @@ from bayesblis.constants import (DIM_ALPHA_FEATURE, DIM_ARCH, DIM_CONFIG, DIM_FA
                                  DIM_FEATURE, DIM_HARDWARE, DIM_OBS)
 from bayesblis.errors import BayesBlisError, FitNotDoneError
 from bayesblis.model.data import ModelData
-from bayesblis.model.priors import STEP_CONSTANT_FEATURES, merge_priors
+from bayesblis.model.priors import PROPORTIONAL_GROUPS, merge_priors
 
 LEVELS = (("arch", DIM_ARCH, "arch"), ("hardware", DIM_HARDWARE, "hardware"),
           ("family", DIM_FAMILY, "model_family"))
@@ -167,7 +170,7 @@ class LatencyModel:
             theta_beta = self._log_linear_coefficients(
                 "beta", DIM_FEATURE, self.priors["beta"], self.beta_features, level_index,
                 hyper, informed["beta"], self.redundant_levels)
-            beta = pm.Deterministic("beta", self._step_constant(
+            beta = pm.Deterministic("beta", self._proportional_groups(
                 theta_beta, _per_step_reference(beta_matrix, obs["n_steps"].to_numpy(float), bounds),
                 hyper), dims=(DIM_CONFIG, DIM_FEATURE))
             alpha = pm.Deterministic("alpha", pt.exp(self._log_linear_coefficients(
@@ -206,7 +209,9 @@ class LatencyModel:
             if data.has_repeated_runs():
                 run = columns[6]
                 tau_run = pm.HalfNormal("tau_run", hyper["tau_run"])
-                z_run = pm.Normal("z_run", 0.0, 1.0, dims="run")
+                z_free = pm.Normal("z_run_free", 0.0, 1.0, dims="run")
+                centring = pm.Data("run_centring", data.run_centring(runs))
+                z_run = pm.Deterministic("z_run", z_free - pt.dot(centring, z_free), dims="run")
                 factor = pt.concatenate([pt.exp(tau_run * z_run), pt.ones(1)])  # lone runs: 1
                 mean = mean * factor[run]
             if minibatch_size is None:
@@ -229,27 +234,32 @@ class LatencyModel:
         self._compiled = None
         return model
 
-    def _step_constant(self, theta, reference, hyper):
-        """Coefficients [config, feature] with one centred per-step constant per configuration.
+    def _proportional_groups(self, theta, reference, hyper):
+        """Coefficients [config, feature] with one centred log sum per configuration and
+        PROPORTIONAL_GROUPS group.
 
-        The features of STEP_CONSTANT_FEATURES add up to a per-step constant that a
-        configuration's data pin down tightly while the split between them is free (a ridge).
-        So the model samples the configuration's log per-step constant ``L[c]`` directly,
-        ``L[c] ~ Normal(log P[c], tau_step_const)`` where ``P[c] = sum_k exp(theta[c, k])
+        The features of a group are proportional inside a configuration: its data pin their
+        weighted sum down tightly while the split between them is free (a ridge). So the
+        model samples the configuration's log sum ``L[c]`` directly,
+        ``L[c] ~ Normal(log P[c], tau_<group>)`` where ``P[c] = sum_k exp(theta[c, k])
         ref[c, k]`` is the population prediction (``ref``: the configuration's mean per-step
-        feature value), and scales those coefficients by ``exp(L[c]) / P[c]``: the mean
-        step time depends on ``L[c]`` alone and the population coefficients learn the split
-        from how ``L`` varies across configurations.
+        feature value), and scales the group's coefficients by ``exp(L[c]) / P[c]``: the
+        mean step time depends on ``L[c]`` alone and the population coefficients learn the
+        split from how ``L`` varies across configurations.
         """
-        group = [j for j, f in enumerate(self.beta_features) if f in STEP_CONSTANT_FEATURES]
         coef = pt.exp(theta)
-        if not group:
-            return coef
-        physics = (coef[:, group] * reference[:, group]).sum(axis=1)
-        tau = _level_scale("beta_tau_step_const", "step_const", hyper)
-        log_const = pm.Normal("beta_log_step_const", mu=pt.log(physics), sigma=tau, dims=DIM_CONFIG)
-        scale = pt.exp(log_const) / physics
-        return pt.set_subtensor(coef[:, group], coef[:, group] * scale[:, None])
+        for group_name, members in PROPORTIONAL_GROUPS.items():
+            group = [j for j, f in enumerate(self.beta_features) if f in members]
+            if not group:
+                continue
+            physics = (coef[:, group] * reference[:, group]).sum(axis=1)
+            tau = _level_scale(f"beta_tau_{group_name}", group_name, hyper,
+                               n_groups=len(self.data.configs))
+            log_sum = pm.Normal(f"beta_log_{group_name}", mu=pt.log(physics), sigma=tau,
+                                dims=DIM_CONFIG)
+            scale = pt.exp(log_sum) / physics
+            coef = pt.set_subtensor(coef[:, group], coef[:, group] * scale[:, None])
+        return coef
 
     @staticmethod
     def _log_linear_coefficients(name, dim, priors, features, level_index, hyper, informed,
@@ -346,8 +356,12 @@ class LatencyModel:
         if "weight" not in self.model.named_vars:
             raise BayesBlisError("refit_weighted needs build_model(data, weighted=True)")
         self._weights = np.asarray(weight, float)
+        self._weighted_data = {"weight": self._weights}
+        if "run_centring" in self.model.named_vars:  # centre on the runs that keep data
+            self._weighted_data["run_centring"] = self.data.run_centring(
+                list(self.model.coords["run"]), weight=self._weights)
         with self.model:
-            pm.set_data({"weight": self._weights})
+            pm.set_data(self._weighted_data)
         if self._compiled_backend == "jax":  # the weights are frozen in: compile again
             self._compiled = None
         self.idata = None
@@ -362,7 +376,7 @@ class LatencyModel:
             self.compile_nuts(cfg)
         compiled = self._compiled
         if getattr(self, "_weights", None) is not None and self._compiled_backend == "numba":
-            compiled = compiled.with_data(weight=self._weights)
+            compiled = compiled.with_data(**self._weighted_data)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return nutpie.sample(compiled, draws=cfg["draws"], tune=cfg["tune"],
@@ -475,26 +489,30 @@ class LatencyModel:
 
 
 MIN_GROUPS_TO_LEARN_SCALE = 5
-"""A level with fewer groups (GPUs, families, dense/MoE) keeps its prior scale fixed: a
-spread cannot be learnt from 2-4 group effects (its posterior is the prior), and a free
-scale over so few non-centred effects makes a funnel the sampler diverges in."""
+"""A level with fewer groups (GPUs, families, dense/MoE, or configurations) keeps its prior
+scale fixed: a spread cannot be learnt from 2-4 group effects (its posterior is the prior),
+and a free scale over so few effects makes a funnel the sampler diverges in (on the 4
+configurations of the real H100 runs, chains disagreed on the alpha configuration scale:
+r_hat 1.6)."""
 
 
 def _level_scale(name, short, hyper, dims=None, n_groups=None):
     """The scale of a level's effects (log scale).
 
-    Configuration effects and per-step constants (centred, many groups): a learnt scale
-    with a zero-avoiding Gamma(2, 2 / mean) prior (a centred effect whose scale can
-    collapse to 0 makes a funnel). Other levels: a HalfNormal scale when the level has at
-    least MIN_GROUPS_TO_LEARN_SCALE groups, else fixed at the HalfNormal's root mean
-    square (same prior variance of an effect), stored as a Deterministic.
+    A level with fewer than MIN_GROUPS_TO_LEARN_SCALE groups keeps a fixed scale, stored as
+    a Deterministic: its prior mean for configuration effects and the sums of
+    PROPORTIONAL_GROUPS, the HalfNormal's root mean square for the other levels (same prior
+    variance of an effect). Otherwise configuration effects and group sums (centred) get a
+    learnt scale with a zero-avoiding Gamma(2, 2 / mean) prior (a centred effect whose
+    scale can collapse to 0 makes a funnel), the other levels a HalfNormal scale.
     """
-    if short in ("config", "step_const"):
+    if n_groups is not None and n_groups < MIN_GROUPS_TO_LEARN_SCALE:
+        shape = (len(pm.modelcontext(None).coords[dims]),) if dims is not None else ()
+        return pm.Deterministic(name, pt.as_tensor_variable(np.full(shape, hyper[f"tau_{short}"])),
+                                dims=dims)
+    if short == "config" or short in PROPORTIONAL_GROUPS:
         mean = hyper[f"tau_{short}"]
         return pm.Gamma(name, alpha=2.0, beta=2.0 / mean, dims=dims)
-    if n_groups is not None and n_groups < MIN_GROUPS_TO_LEARN_SCALE:
-        size = len(pm.modelcontext(None).coords[dims])
-        return pm.Deterministic(name, pt.fill(pt.zeros(size), hyper[f"tau_{short}"]), dims=dims)
     return pm.HalfNormal(name, hyper[f"tau_{short}"], dims=dims)
 
 

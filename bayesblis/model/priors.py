@@ -26,7 +26,9 @@ BETA_PRIORS = {
     "prefill_compute_s": {"median": 2.0, "log_sd": 0.8, "levels": EFFICIENCY},
     "decode_compute_s": {"median": 1.0, "log_sd": 1.2, "levels": MACHINE},
     "weight_traffic_s": {"median": 1.15, "log_sd": 0.5, "levels": MACHINE},
-    "kv_traffic_s": {"median": 1.4, "log_sd": 0.8, "levels": EFFICIENCY},
+    # No configuration level of its own: a configuration's KV cost per token deviates as
+    # one group with kv_token_layer_s (PROPORTIONAL_GROUPS["kv"]).
+    "kv_traffic_s": {"median": 1.4, "log_sd": 0.8, "levels": MACHINE},
     # A fixed cost per (KV token, layer) of paged decode attention whatever the bytes
     # (block-table lookups, softmax and split-KV bookkeeping): small against the bytes of
     # an MHA model's KV (16 KB per token-layer for Llama-2-7B), comparable for GQA shards
@@ -70,11 +72,21 @@ ALPHA_PRIORS = {
 
 STEP_CONSTANT_FEATURES = ("weight_traffic_s", "tp_sync_s", "layer_overhead_s", "step_overhead_s")
 """Beta features paid once per step whatever the batch (weight streaming of a dense model,
-all-reduce latency, per-layer launches, per-step scheduling). Inside one configuration only
-their *sum* per step is identified; the model therefore gives each configuration one
-per-step constant, centred on the physics sum of these features with spread
-``tau_step_const`` (see model/hierarchy.py), and the split between them is learnt across
-configurations."""
+all-reduce latency, per-layer launches, per-step scheduling)."""
+
+KV_FEATURES = ("kv_traffic_s", "kv_token_layer_s")
+"""Beta features paid per KV token in context: bytes over bandwidth, and a fixed cost per
+token and layer. Both are the same aggregate times a per-configuration constant."""
+
+PROPORTIONAL_GROUPS = {"step_const": STEP_CONSTANT_FEATURES, "kv": KV_FEATURES}
+"""Beta features that are exactly proportional to one another inside a configuration.
+One configuration's data fix only their weighted *sum*; the split is a ridge (on real
+client windows, chains settled on either side of the KV one: kv_token_layer 4x apart,
+r_hat 1.7). The model therefore gives each configuration one centred log sum per group,
+``L[c] ~ Normal(log P[c], tau_<group>)`` around the sum ``P[c]`` the population
+coefficients predict (model/hierarchy.py), and the split is learnt from how the sums vary
+across configurations. ``L[c]`` is also the configuration's own deviation: the group's
+features get no configuration level."""
 
 HYPER_PRIORS = {
     # HalfNormal scales of the level effects on the log scale, per coefficient.
@@ -82,9 +94,11 @@ HYPER_PRIORS = {
     "tau_hardware": 0.3,
     "tau_family": 0.3,
     # Prior *means* of the scales of centred effects (Gamma(2, 2/mean), zero-avoiding):
-    # configuration effects, and a configuration's per-step constant around its physics sum.
+    # configuration effects, and a configuration's sum of each PROPORTIONAL_GROUPS group
+    # (per-step constant; KV cost per token) around its physics sum.
     "tau_config": 0.15,
     "tau_step_const": 0.15,
+    "tau_kv": 0.15,
     # Relative (multiplicative) noise of one step time, per configuration.
     "sigma_step": 0.3,
     # Relative error of a window that does not shrink with its length, per

@@ -22,26 +22,28 @@ def test_config_effects_are_centred_only_where_the_data_pin_them_down():
     def n_effects(model, name):
         return model[name].eval().shape[0] if name in model.named_vars else 0
 
-    # config-level beta effects: prefill compute and kv traffic; alpha: none observed
+    # config-level beta effects: prefill compute (kv traffic deviates through its group's
+    # sum, PROPORTIONAL_GROUPS); alpha: none observed
     few, _ = synthetic_data(n_obs=10, tps=(1,))
     many, _ = synthetic_data(n_obs=400, tps=(1,))
     n_configs = len(few.configs)
     weak = LatencyModel().build_model(few)
     assert n_effects(weak, "beta_theta_config") == 0
-    assert n_effects(weak, "beta_z_config") == 2 * n_configs
+    assert n_effects(weak, "beta_z_config") == n_configs
     strong = LatencyModel().build_model(many)
-    assert n_effects(strong, "beta_theta_config") == 2 * n_configs
+    assert n_effects(strong, "beta_theta_config") == n_configs
     assert n_effects(strong, "beta_z_config") == 0
     for model in (weak, strong):  # step data say nothing about alpha: never centred
         assert n_effects(model, "alpha_theta_config") == 0
         assert n_effects(model, "alpha_z_config") == 2 * n_configs
 
 
-def test_per_step_constant_alone_sets_the_constant_part_of_a_step():
-    """The step-constant coefficients of a configuration add up to exp(L[c]) per reference
-    step whatever the population coefficients are (no ridge inside a configuration)."""
+def test_group_sums_alone_set_their_part_of_a_step():
+    """The coefficients of each proportional group (per-step constants, KV cost per token)
+    of a configuration add up to exp(L[c]) per reference step whatever the population
+    coefficients are (no ridge inside a configuration)."""
     from bayesblis.model.hierarchy import _per_step_reference
-    from bayesblis.model.priors import STEP_CONSTANT_FEATURES
+    from bayesblis.model.priors import PROPORTIONAL_GROUPS
 
     data, _ = synthetic_data(n_obs=10)
     lm = LatencyModel()
@@ -50,18 +52,38 @@ def test_per_step_constant_alone_sets_the_constant_part_of_a_step():
     bounds = data.config_bounds()
     ref = _per_step_reference(data.obs[cols].to_numpy(float), data.obs["n_steps"].to_numpy(float),
                               bounds)
-    group = [lm.beta_features.index(f) for f in STEP_CONSTANT_FEATURES if f in lm.beta_features]
-    assert len(group) >= 3
     beta_of = model.compile_fn(model.replace_rvs_by_values([model["beta"]])[0],
                                inputs=model.value_vars, on_unused_input="ignore")
     point = model.initial_point()
-    log_const = np.log(np.linspace(1e-3, 3e-3, len(data.configs)))
-    point["beta_log_step_const"] = log_const
-    for shift in (0.0, 0.7):  # move the population means: the per-step constant stays
+    log_sums = {}
+    for i, name in enumerate(PROPORTIONAL_GROUPS):
+        log_sums[name] = np.log(np.linspace(1e-3, 3e-3, len(data.configs)) * (i + 1))
+        point[f"beta_log_{name}"] = log_sums[name]
+    for shift in (0.0, 0.7):  # move the population means: every group sum stays
         point["beta_mu"] = point["beta_mu"] + shift
         beta = beta_of(point)
-        np.testing.assert_allclose((beta[:, group] * ref[:, group]).sum(axis=1), np.exp(log_const),
-                                   rtol=1e-9)
+        for name, members in PROPORTIONAL_GROUPS.items():
+            group = [lm.beta_features.index(f) for f in members if f in lm.beta_features]
+            assert len(group) >= (3 if name == "step_const" else 1)
+            np.testing.assert_allclose((beta[:, group] * ref[:, group]).sum(axis=1),
+                                       np.exp(log_sums[name]), rtol=1e-9)
+
+
+def test_run_centring_averages_each_configurations_kept_runs():
+    data, _ = synthetic_data(n_obs=6, hardware=("H100-SXM",), tps=(1,))
+    configs = list(data.configs["config"])  # 3 configurations: 3 runs, 2 runs, 1 run
+    runs_of = {configs[0]: ["a", "b", "c"], configs[1]: ["d", "e"], configs[2]: ["f"]}
+    data.obs["run"] = [runs_of[c][i % len(runs_of[c])]
+                       for i, c in enumerate(data.obs["config"])]
+    runs = data.repeated_runs()
+    assert runs == ["a", "b", "c", "d", "e"]  # a lone run has no effect of its own
+    z = np.random.default_rng(0).normal(size=len(runs))
+    centred = z - data.run_centring(runs) @ z
+    np.testing.assert_allclose([centred[:3].sum(), centred[3:].sum()], 0.0, atol=1e-12)
+    weight = (data.obs["run"] != "b").to_numpy(float)  # run b held out
+    centred = z - data.run_centring(runs, weight=weight) @ z
+    np.testing.assert_allclose(centred[[0, 2]].sum(), 0.0, atol=1e-12)
+    np.testing.assert_allclose(centred[1], z[1] - z[[0, 2]].mean())
 
 
 def test_prior_overrides_merge_and_reject_unknown_keys():
@@ -151,6 +173,8 @@ def test_jax_backend_fits_and_refits_with_weights():
     """nutpie on the JAX backend (data frozen into the program): a real fit, then a weighted
     refit that must compile again with the new weights (here: half the rows dropped)."""
     data, _ = synthetic_data(n_obs=20, hardware=("H100-SXM",), tps=(1,))
+    # two runs per configuration; the weights below hold out run 0 of each
+    data.obs["run"] = data.obs["config"] + "/run" + (np.arange(len(data.obs)) % 2).astype(str)
     lm = LatencyModel(sampler_config={"draws": 30, "tune": 30, "chains": 1, "seed": 2,
                                       "nuts_backend": "jax"})
     lm.build_model(data, weighted=True)
@@ -164,5 +188,11 @@ def test_jax_backend_fits_and_refits_with_weights():
     assert lm._compiled is not compiled
     assert first.posterior["beta"].shape == lm.idata.posterior["beta"].shape
     assert not np.allclose(first.posterior["beta"].values, lm.idata.posterior["beta"].values)
+    # run effects sum to zero over each configuration's runs that keep data
+    z_first = first.posterior["z_run"].values.reshape(-1, len(data.configs), 2)
+    np.testing.assert_allclose(z_first.sum(axis=2), 0.0, atol=1e-9)
+    assert np.abs(z_first).max() > 0.01
+    z_refit = lm.idata.posterior["z_run"].values.reshape(-1, len(data.configs), 2)
+    np.testing.assert_allclose(z_refit[:, :, 1], 0.0, atol=1e-9)  # the one kept run
     with pytest.raises(BayesBlisError, match="nuts_backend"):
         lm.fit(progressbar=False, nuts_backend="stan")
