@@ -204,7 +204,7 @@ def calibrate_discrepancy(view, train_sources, *, hardware, seed, max_duration_s
 
 def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, fit_draws=300,
                    fit_tune=300, chains=2, seed=1, max_obs_per_run=400, echo=print,
-                   method="nuts", max_duration_s=None, max_treedepth=10,
+                   method="nuts", max_duration_s=None, max_treedepth=10, target_accept=0.95,
                    discrepancy: bool = True) -> dict:
     """Fit, predict and compare every fold; return the REPORT document.
 
@@ -218,7 +218,7 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
     sources = {s.name: s for s in dataset.sources}
     records, folds_info = [], []
     sampler = {"draws": fit_draws, "tune": fit_tune, "chains": chains, "seed": seed,
-               "max_treedepth": max_treedepth}
+               "max_treedepth": max_treedepth, "target_accept": target_accept}
 
     calibrated = {}  # (fit, training runs) -> discrepancy: folds that share a fit share it
 

@@ -24,9 +24,12 @@ import click
               show_default=True,
               help="How nutpie evaluates the log density: numba, or jax (compiles in seconds, "
                    "faster on large tables; see README, fit speed).")
+@click.option("--target-accept", default=0.9, show_default=True, type=float,
+              help="NUTS target acceptance; raise it (0.95) when a chain sticks with many "
+                   "divergences (real client windows: see README, validation).")
 @click.option("--seed", default=1, show_default=True, type=int)
 def command(dataset, out_path, method, draws, tune, chains, hardware, max_obs_per_config,
-            priors_path, nuts_backend, seed):
+            priors_path, nuts_backend, target_accept, seed):
     """Fit alpha/beta with partial pooling; print diagnostics; write POSTERIOR.nc."""
     from bayesblis.design import build_model_data
     from bayesblis.io.dataset import Dataset
@@ -38,5 +41,5 @@ def command(dataset, out_path, method, draws, tune, chains, hardware, max_obs_pe
     priors = load_prior_overrides(priors_path) if priors_path else None
     fit_and_save(data, out_path, method=method, priors=priors,
                  sampler_config={"draws": draws, "tune": tune, "chains": chains, "seed": seed,
-                                 "nuts_backend": nuts_backend},
+                                 "nuts_backend": nuts_backend, "target_accept": target_accept},
                  echo=click.echo)

@@ -37,8 +37,10 @@ def test_validate_small_slice(tmp_path):
             REAL / "20260217-231439-llama-2-7b-tp1-general"]
     report = run_validation(dirs, holdout="experiment", hardware="H100", n_draws=4,
                             fit_draws=20, fit_tune=20, chains=1, max_obs_per_run=80,
-                            method="pymc", max_duration_s=60, echo=lambda *_: None)
+                            method="pymc", max_duration_s=60, target_accept=0.85,
+                            echo=lambda *_: None)
     assert report["summary"]["holdout"] == "experiment"
+    assert report["sampler"]["target_accept"] == 0.85
     stage0 = [r for r in report["records"] if r["stage"] == 0]
     assert len(stage0) == 2
     for rec in stage0:
