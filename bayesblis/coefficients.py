@@ -157,8 +157,9 @@ def _population_draws(post, name, dim, values, seen, rng):
         else:
             effect = tau * rng.standard_normal(tau.shape)
         theta[:, cols] += effect
-    for group_name, members in PROPORTIONAL_GROUPS.items():
-        if name != "beta" or f"beta_tau_{group_name}" not in post:
+    groups = PROPORTIONAL_GROUPS.items() if name == "beta" else ()
+    for group_name, members in groups:
+        if f"beta_tau_{group_name}" not in post:
             continue
         # a new configuration's group sum (per-step constant, KV cost per token) strays from
         # its physics sum like a fitted one's does (LatencyModel._proportional_groups)

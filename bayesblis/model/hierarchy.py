@@ -7,8 +7,8 @@ For configuration ``c`` and coefficient ``k``::
     beta[c, k]  = exp(theta[c, k])                         (non-centred, positive)
 
 Some features are exactly proportional inside a configuration (``PROPORTIONAL_GROUPS``: the
-per-step constants, weight streaming, all-reduce latency, per-layer and per-step overheads;
-the two per-KV-token costs), so the data of that configuration fix only their sum. Each
+per-step constants, i.e. weight streaming, all-reduce latency, per-layer and per-step
+overheads; and the two per-KV-token costs), so the data of that configuration fix only their sum. Each
 configuration therefore gets one centred log sum per group
 ``L[c] ~ Normal(log P[c], tau_<group>)``, ``P[c]`` being the sum the population
 coefficients predict, and the group's coefficients are scaled by ``exp(L[c]) / P[c]``
@@ -100,6 +100,7 @@ class LatencyModel:
         self.model: pm.Model | None = None
         self._compiled = None
         self._compiled_backend: str | None = None
+        self._weighted_data: dict | None = None  # data a weighted refit swaps in
         self.minibatch_size: int | None = None
         self.idata = None
         self.fit_info: dict = {}
@@ -232,6 +233,7 @@ class LatencyModel:
                                  else {"dims": DIM_OBS}))
         self.model = model
         self._compiled = None
+        self._weighted_data = None
         return model
 
     def _proportional_groups(self, theta, reference, hyper):
@@ -355,11 +357,11 @@ class LatencyModel:
         reusing the compiled nutpie model."""
         if "weight" not in self.model.named_vars:
             raise BayesBlisError("refit_weighted needs build_model(data, weighted=True)")
-        self._weights = np.asarray(weight, float)
-        self._weighted_data = {"weight": self._weights}
+        weight = np.asarray(weight, float)
+        self._weighted_data = {"weight": weight}
         if "run_centring" in self.model.named_vars:  # centre on the runs that keep data
             self._weighted_data["run_centring"] = self.data.run_centring(
-                list(self.model.coords["run"]), weight=self._weights)
+                list(self.model.coords["run"]), weight=weight)
         with self.model:
             pm.set_data(self._weighted_data)
         if self._compiled_backend == "jax":  # the weights are frozen in: compile again
@@ -375,7 +377,7 @@ class LatencyModel:
         if self._compiled is None or self._compiled_backend != cfg["nuts_backend"]:
             self.compile_nuts(cfg)
         compiled = self._compiled
-        if getattr(self, "_weights", None) is not None and self._compiled_backend == "numba":
+        if self._weighted_data is not None and self._compiled_backend == "numba":
             compiled = compiled.with_data(**self._weighted_data)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
