@@ -178,28 +178,23 @@ def _share_covered(flags: pd.DataFrame) -> float | None:
     return float(values.mean()) if len(values) else None
 
 
-DISCREPANCY_DRAWS = 4
-"""Posterior draws per training run when calibrating the simulator discrepancy."""
+def cross_fold_discrepancy(predictions: list[dict]) -> dict:
+    """{fold: {metric: {"sd", ...}}}: each fold's simulator discrepancy, calibrated on the
+    other folds' out-of-sample errors (bayesblis.discrepancy).
 
-
-def has_normal_load(source) -> bool:
-    """Whether a source has a stage that is not overloaded (see `overloaded_stages`)."""
-    measured = source.tables["stage_measurements"].reset_index(drop=True)
-    return not overloaded_stages(measured, bool(source.tables["requests"]["has_error"].any())).all()
-
-
-def calibrate_discrepancy(view, train_sources, *, hardware, seed, max_duration_s=None) -> dict:
-    """{metric: {"sd", ...}}: the simulator discrepancy of a fit over the normal-load stages
-    of the runs it was trained on (bayesblis.discrepancy); `train_sources` are runs with a
-    normal-load stage (`has_normal_load`)."""
+    `predictions`: one entry per held-out source, {"fold", "source", "result"}. A fold's
+    own held-out runs never set its discrepancy; the other folds' fits did see them (a
+    cross-validation residual, as in CV+ conformal intervals), so the held-out run reaches
+    its own interval only through how it moved the other fits' errors."""
     from bayesblis.discrepancy import discrepancy_sd
 
-    records = []
-    for source in train_sources:
-        result = predict_experiment(source, view, hardware=hardware, n_draws=DISCREPANCY_DRAWS,
-                                    seed=seed, allow_unseen=False, max_duration_s=max_duration_s)
-        records += compare(source, result, fold="calibration", holdout="")
-    return discrepancy_sd(records, METRICS.values())
+    posterior_only = {id(p): compare(p["source"], p["result"], fold=p["fold"], holdout="")
+                      for p in predictions}
+    out = {}
+    for fold in dict.fromkeys(p["fold"] for p in predictions):
+        others = [r for p in predictions if p["fold"] != fold for r in posterior_only[id(p)]]
+        out[fold] = discrepancy_sd(others, METRICS.values())
+    return out
 
 
 def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, fit_draws=300,
@@ -209,8 +204,8 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
     """Fit, predict and compare every fold; return the REPORT document.
 
     `discrepancy`: widen each held-out prediction by the simulator discrepancy calibrated on
-    that fold's training runs (bayesblis.discrepancy); the posterior-only intervals and
-    their coverage are reported too."""
+    the other folds' held-out errors (`cross_fold_discrepancy`); the posterior-only
+    intervals and their coverage are reported too."""
     from bayesblis.model.hierarchy import LatencyModel
 
     dataset, data = load_runs(dirs, hardware)
@@ -220,25 +215,18 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
     sampler = {"draws": fit_draws, "tune": fit_tune, "chains": chains, "seed": seed,
                "max_treedepth": max_treedepth, "target_accept": target_accept}
 
-    calibrated = {}  # (fit, training runs) -> discrepancy: folds that share a fit share it
+    predictions = []  # {"fold", "source", "result"} per held-out source
 
-    def predict(view, held_sources, train_sources, fold, allow_unseen, info):
-        disc = None
-        if discrepancy:
-            train = [s for s in train_sources if has_normal_load(s)]
-            key = (id(view), tuple(s.name for s in train))
-            if key not in calibrated:
-                calibrated[key] = calibrate_discrepancy(view, train, hardware=hardware,
-                                                        seed=seed, max_duration_s=max_duration_s)
-            disc = calibrated[key]
+    def predict(view, held_sources, fold, allow_unseen, info):
         for source in held_sources:
             result = predict_experiment(source, view, hardware=hardware, n_draws=n_draws,
                                         seed=seed, allow_unseen=allow_unseen,
                                         max_duration_s=max_duration_s, keep_draws=True)
-            new = compare(source, result, fold=fold, holdout=holdout, discrepancy=disc, seed=seed)
-            records.extend(new)
-            echo(_format_records(new))
-        folds_info.append({**info, "fold": fold, "discrepancy": disc})
+            predictions.append({"fold": fold, "source": source, "result": result})
+            echo(_format_records(compare(source, result, fold=fold, holdout=holdout))
+                 + ("\n    (posterior-only intervals: the final table widens them by the "
+                    "simulator discrepancy)" if discrepancy else ""))
+        folds_info.append({**info, "fold": fold})
 
     if holdout == "experiment":
         model = LatencyModel(sampler_config=sampler)
@@ -248,7 +236,6 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
             weight = (model.data.obs["run"].astype(str) != name).to_numpy(float)
             echo(f"[{len(folds_info) + 1}/{len(sources)}] fit without {name} "
                  f"({int(weight.sum())} windows) ...")
-            others = [s for n, s in sources.items() if n != name]
             if weight.all() and fit_on_all is not None:
                 view, info = fit_on_all
             else:
@@ -257,7 +244,7 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
                 info = _fold_info(name, model, model.fit_info["diagnostics"])
                 if weight.all():
                     fit_on_all = view, info
-            predict(view, [source], others, name, False, info)
+            predict(view, [source], name, False, info)
     elif holdout == "model":
         models = sorted(data.configs["model"].unique())
         for i, held in enumerate(models):
@@ -268,11 +255,16 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
             model.build_model(train)
             model.fit(method=method, progressbar=False)
             held_sources = [s for s in sources.values() if source_model(s, hardware) == held]
-            others = [s for s in sources.values() if source_model(s, hardware) != held]
-            predict(_posterior_view(model), held_sources, others, held, True,
+            predict(_posterior_view(model), held_sources, held, True,
                     _fold_info(held, model, model.fit_info["diagnostics"]))
     else:
         raise ValueError(f"holdout must be 'experiment' or 'model', not {holdout!r}")
+    calibrated = cross_fold_discrepancy(predictions) if discrepancy else {}
+    for p in predictions:
+        records += compare(p["source"], p["result"], fold=p["fold"], holdout=holdout,
+                           discrepancy=calibrated.get(p["fold"]), seed=seed)
+    for info in folds_info:
+        info["discrepancy"] = calibrated.get(info["fold"])
     return {"holdout": holdout, "hardware": hardware, "n_draws": n_draws, "sampler": sampler,
             "max_obs_per_run": max_obs_per_run, "discrepancy": discrepancy,
             "records": records, "folds": folds_info, "summary": summarize(records, holdout)}

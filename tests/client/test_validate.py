@@ -31,7 +31,8 @@ def test_correctly_counted_runs_are_left_alone():
 
 
 def test_validate_small_slice(tmp_path):
-    from bayesblis.validate import format_table, run_validation
+    from bayesblis.discrepancy import discrepancy_sd
+    from bayesblis.validate import METRICS, format_table, run_validation
 
     dirs = [REAL / "20260217-155451-llama-2-7b-tp1-codegen",
             REAL / "20260217-231439-llama-2-7b-tp1-general"]
@@ -48,8 +49,19 @@ def test_validate_small_slice(tmp_path):
             assert rec[f"pred_{metric}_lo"] <= rec[f"pred_{metric}"] <= rec[f"pred_{metric}_hi"]
             # a fit on one other run of the same model lands within 50%
             assert rec[f"abs_pct_error_{metric}"] < 50
-    # intervals widened by the discrepancy calibrated on the fold's other (training) run
+    # intervals widened by the discrepancy calibrated on the other fold's held-out errors
+    # (posterior-only intervals), never on the fold's own
     for fold in report["folds"]:
+        other = []
+        for r in report["records"]:
+            if r["fold"] != fold["fold"]:
+                rec = {"overloaded": r["overloaded"]}
+                for m in (m for m in METRICS.values() if f"pred_{m}" in r):  # simulated stages
+                    rec.update({f"measured_{m}": r[f"measured_{m}"], f"pred_{m}": r[f"pred_{m}"],
+                                f"pred_{m}_lo": r[f"model_pred_{m}_lo"],
+                                f"pred_{m}_hi": r[f"model_pred_{m}_hi"]})
+                other.append(rec)
+        assert other and fold["discrepancy"] == discrepancy_sd(other, METRICS.values())
         assert fold["discrepancy"]["e2e_mean_s"]["n_stages"] >= 1
     for rec in stage0:
         assert rec["pred_e2e_mean_s_hi"] - rec["pred_e2e_mean_s_lo"] >= \

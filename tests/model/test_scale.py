@@ -84,3 +84,44 @@ def test_per_configuration_products_equal_gathered_coefficients_after_a_data_swa
     mean, expected = _means_and_expected(model)
     assert len(mean) == len(other.obs)
     np.testing.assert_allclose(mean, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_float32_rows_keep_the_log_density_and_its_gradient(weighted):
+    """float32 per-observation arithmetic (the default on large tables) changes the log
+    density and its gradient by rounding only: client-side kinds, runs, alpha in the mean."""
+    data, _ = synthetic_data(n_obs=200)
+    data.obs["a_alpha_output_s"] = np.arange(len(data.obs)) * 1e-7
+    data.obs.loc[data.obs.index % 3 == 0, "kind"] = "ttft"  # a kind with its own error
+    data.obs["run"] = data.obs["config"] + "/run" + (np.arange(len(data.obs)) % 2).astype(str)
+    values = {}
+    for dtype in ("float64", "float32"):
+        model = LatencyModel().build_model(data, weighted=weighted, row_dtype=dtype)
+        assert model["X"].dtype == model["y_s"].dtype == dtype
+        point = model.initial_point()
+        point = {k: v + 0.05 * (np.arange(v.size).reshape(v.shape) % 5 - 2) for k, v in point.items()}
+        values[dtype] = model.compile_logp()(point), model.compile_dlogp()(point)
+    (lp64, grad64), (lp32, grad32) = values["float64"], values["float32"]
+    assert lp32 != lp64  # float32 really ran
+    np.testing.assert_allclose(lp32, lp64, rtol=1e-6)
+    np.testing.assert_allclose(grad32, grad64, rtol=1e-3, atol=1e-4 * np.abs(grad64).max())
+
+
+def test_large_tables_default_to_float32_rows_and_swap_data_keeps_them(monkeypatch):
+    import bayesblis.model.hierarchy as hierarchy
+
+    data, _ = synthetic_data(n_obs=7)
+    assert LatencyModel().build_model(data)["X"].dtype == "float64"
+    monkeypatch.setattr(hierarchy, "FLOAT32_ROWS_FROM", len(data.obs))
+    model = LatencyModel()
+    model.build_model(data)
+    assert model.model["X"].dtype == "float32"
+    other, _ = synthetic_data(n_obs=11, seed=3)
+    model._swap_data(other)
+    mean, expected = _means_and_expected(model)
+    assert len(mean) == len(other.obs)
+    np.testing.assert_allclose(mean, expected, rtol=1e-5)
+    with pytest.raises(BayesBlisError, match="row_dtype"):
+        LatencyModel().build_model(data, row_dtype="float16")
+    with pytest.raises(BayesBlisError, match="minibatched"):
+        LatencyModel().build_model(data, minibatch_size=5, row_dtype="float32")
