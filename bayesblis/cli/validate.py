@@ -28,7 +28,7 @@ import click
                    "between decode compute and KV cost where a chain at 0.9 can stick.")
 @click.option("--no-discrepancy", is_flag=True,
               help="Posterior-only intervals: do not widen them by the simulator discrepancy "
-                   "calibrated on each fold's training runs.")
+                   "calibrated on the other folds' held-out errors.")
 @click.option("--seed", default=1, show_default=True, type=int)
 def command(dirs, holdout, hardware, out_path, n_draws, fit_draws, fit_tune, max_obs_per_run,
             max_duration_s, max_treedepth, target_accept, no_discrepancy, seed):

@@ -258,8 +258,8 @@ class LatencyModel:
                 loglik = student_t_logp(y, nu, mean, mean * rel)
                 pm.Potential("y_loglik", (weight * loglik).sum())
             else:
-                pm.CustomDist("y_obs", nu, mean, mean * rel, dist=_student_t, logp=student_t_logp,
-                              observed=y,
+                pm.CustomDist("y_obs", rows(nu), mean, mean * rel, dist=_student_t,
+                              logp=student_t_logp, observed=y,
                               **({"total_size": len(obs)} if minibatch_size is not None
                                  else {"dims": DIM_OBS}))
         self.model = model
@@ -552,8 +552,10 @@ def _level_scale(name, short, hyper, dims=None, n_groups=None):
 
 
 def _student_t(nu, mu, sigma, size):
-    """The likelihood's generative form (posterior predictive draws)."""
-    return pm.StudentT.dist(nu=nu, mu=mu, sigma=sigma, size=size)
+    """The likelihood's generative form (posterior predictive draws), in the rows' dtype (a
+    float64 draw would make PyMC cast float32 observations up, and the whole likelihood
+    with them)."""
+    return pt.cast(pm.StudentT.dist(nu=nu, mu=mu, sigma=sigma, size=size), mu.dtype)
 
 
 def student_t_logp(value, nu, mu, sigma):
