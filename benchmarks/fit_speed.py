@@ -101,14 +101,13 @@ def reduce(data: ModelData, k: int) -> tuple[ModelData, float]:
 
 
 # ----------------------------------------------------------------------------- nutpie
-def build(data: ModelData, row_dtype: str | None = None):
-    """(LatencyModel built on `data`, build seconds); `row_dtype` (default: --row-dtype)
-    is the precision of the per-observation arithmetic (None: the package's choice)."""
+def build(data: ModelData):
+    """(LatencyModel built on `data`, build seconds)."""
     from bayesblis.model.hierarchy import LatencyModel
 
     t0 = time.perf_counter()
     lm = LatencyModel(sampler_config=SAMPLER)
-    lm.build_model(data, row_dtype=row_dtype or ROW_DTYPE)
+    lm.build_model(data)
     return lm, time.perf_counter() - t0
 
 
@@ -184,10 +183,6 @@ def gradient_curve(tables: dict, reps: int) -> list[dict]:
 CACHE_DIR: Path | None = None
 """--cache: fit results are kept there by label and reused by a later run (resume)."""
 
-ROW_DTYPE: str | None = None
-"""--row-dtype: float32 or float64 per-observation arithmetic (None: the package default,
-float32 from bayesblis.model.hierarchy.FLOAT32_ROWS_FROM rows)."""
-
 
 def cached(fn):
     """Reuse a fit's result row from CACHE_DIR (same label and number of rows)."""
@@ -196,7 +191,7 @@ def cached(fn):
     def wrapper(data: ModelData, label: str, *args):
         if CACHE_DIR is None:
             return fn(data, label, *args)
-        path = CACHE_DIR / f"{fn.__name__}-{label}-{len(data.obs)}-{ROW_DTYPE or 'auto'}.json".replace(" ", "_").replace(",", "")
+        path = CACHE_DIR / f"{fn.__name__}-{label}-{len(data.obs)}.json".replace(" ", "_").replace(",", "")
         if path.is_file():
             print(f"  (cached: {path.name})")
             return json.loads(path.read_text())
@@ -221,7 +216,6 @@ def fit_nutpie(data: ModelData, label: str) -> dict:
     stats = idata.sample_stats
     backend = "nutpie" if SAMPLER.get("nuts_backend", "numba") == "numba" else "nutpie-jax"
     out = {"label": label, "backend": backend, "n_rows": len(data.obs),
-           "row_dtype": str(lm.model["X"].dtype),
            "n_steps": int(data.obs["n_steps"].sum()), "build_s": round(build_s, 2),
            "compile_s": round(compile_s, 1), "sample_s": round(sample_s, 1),
            "grad_evals_draws": int(stats["n_steps"].sum()),
@@ -324,25 +318,21 @@ def gradients_only(args) -> int:
     curve = gradient_curve(tables, args.reps)
     print(f"  (numba compile, once: {curve[0]['compile_s']} s)")
     print(f"\n  {'table':<22}{'rows':>10}{'JIT s':>8}{'ms / eval':>12}{'ns / row':>11}"
-          f"{'numba / JAX':>13}{'JAX f32 ms':>12}{'f64 / f32':>11}   (JAX; f32: float32 rows)")
+          f"{'numba / JAX':>13}   (JAX)")
     for row, (name, data) in zip(curve[1:], tables.items()):
-        jit_s, grad_s = jax_gradient_time(build(data, "float64")[0].model, args.reps)
-        grad32_s = jax_gradient_time(build(data, "float32")[0].model, args.reps)[1]
+        lm, _ = build(data)
+        jit_s, grad_s = jax_gradient_time(lm.model, args.reps)
         row.update(jax_jit_s=round(jit_s, 1), jax_grad_eval_ms=round(grad_s * 1e3, 3),
-                   jax_ns_per_row=round(grad_s * 1e9 / len(data.obs), 1),
-                   jax_float32_grad_eval_ms=round(grad32_s * 1e3, 3))
+                   jax_ns_per_row=round(grad_s * 1e9 / len(data.obs), 1))
         ratio = row["grad_eval_ms"] / row["jax_grad_eval_ms"]
         print(f"  {name:<22}{len(data.obs):>10,}{jit_s:>8.1f}{grad_s * 1e3:>12.3f}"
-              f"{row['jax_ns_per_row']:>11.1f}{ratio:>13.2f}{grad32_s * 1e3:>12.3f}"
-              f"{grad_s / grad32_s:>11.2f}", flush=True)
+              f"{row['jax_ns_per_row']:>11.1f}{ratio:>13.2f}", flush=True)
     slopes = {}
-    for backend, key in (("numba", "grad_eval_ms"), ("jax", "jax_grad_eval_ms"),
-                         ("jax_float32", "jax_float32_grad_eval_ms")):
+    for backend, key in (("numba", "grad_eval_ms"), ("jax", "jax_grad_eval_ms")):
         slopes[backend] = round(float(np.polyfit(np.log([r["n_rows"] for r in curve[1:]]),
                                                  np.log([r[key] for r in curve[1:]]), 1)[0]), 3)
     print(f"  growth exponent d log(time) / d log(rows): numba {slopes['numba']:.2f}, "
-          f"JAX {slopes['jax']:.2f}, JAX float32 rows {slopes['jax_float32']:.2f} "
-          f"(<= 1: at most linear)")
+          f"JAX {slopes['jax']:.2f} (<= 1: at most linear)")
     finish({"benchmark": "fit_speed --gradients-only",
             "gradient_curve": {"numba_compile_s": curve[0]["compile_s"], "rows": curve[1:],
                                "loglog_slope": slopes}},
@@ -456,16 +446,9 @@ def main(argv=None) -> int:
     ap.add_argument("--backends-only", action="store_true",
                     help="only section 4 on the --quick run's table (100k steps as windows of "
                          "50; writes fit_speed_backends.json unless --out)")
-    ap.add_argument("--precision-only", action="store_true",
-                    help="only float32 vs float64 rows: NUTS twice on --precision-n steps "
-                         "(writes fit_speed_precision.json unless --out)")
-    ap.add_argument("--precision-n", type=int, default=50_000)
-    ap.add_argument("--row-dtype", choices=("auto", "float32", "float64"), default="auto",
-                    help="per-observation arithmetic (auto: float32 from 100k rows)")
     args = ap.parse_args(argv)
-    global CACHE_DIR, SIMILARITY, ROW_DTYPE
+    global CACHE_DIR, SIMILARITY
     CACHE_DIR, SIMILARITY = args.cache, args.similarity
-    ROW_DTYPE = None if args.row_dtype == "auto" else args.row_dtype
     SAMPLER["tune"], SAMPLER["draws"] = args.tune, args.draws
     if args.max_treedepth is not None:
         SAMPLER["max_treedepth"] = args.max_treedepth
@@ -476,8 +459,6 @@ def main(argv=None) -> int:
         return gradients_only(args)
     if args.backends_only:
         return backends_only(args)
-    if args.precision_only:
-        return precision_only(args)
     p = plan(args)
     p["similarity"] = SIMILARITY
     load0 = os.getloadavg()
@@ -631,37 +612,6 @@ def target_only(args) -> int:
                         "wall_target_s": TARGET_WALL_S,
                         "diagnostics_passed": row["diagnostics"]["passed"], "met": met}},
            args, load0, "fit_speed_200k.json")
-    return 0
-
-
-def precision_only(args) -> int:
-    """float32 vs float64 per-observation arithmetic: NUTS on the same table twice, same
-    seed; beta posteriors compared as in the reduction check (the same posterior means
-    differences within Monte Carlo error)."""
-    global ROW_DTYPE
-    load0 = os.getloadavg()
-    data = fleet(args.precision_n)
-    print(f"fit_speed --precision-only: {len(data.obs):,} steps of {len(data.configs)} "
-          f"configurations; NUTS {SAMPLER['chains']} chains x ({SAMPLER['tune']} tune + "
-          f"{SAMPLER['draws']} draws), {SAMPLER['nuts_backend']}; load average at start "
-          f"{load0[0]:.2f}", flush=True)
-    print(FIT_HEADER)
-    fits = {}
-    for dtype in ("float64", "float32"):
-        ROW_DTYPE = dtype
-        fits[dtype] = fit_nutpie(data, f"steps {len(data.obs):,} {dtype}")
-        print_fit(fits[dtype])
-    c = compare_beta(fits["float64"]["beta"], fits["float32"]["beta"])
-    print("\n  beta[config, feature], float32 rows against float64 rows")
-    print(f"  {'fit':<34}{'|dmean|/sd':>9}{'median':>9}{'w ratio':>9}{'min':>9}{'max':>9}{'in 90%':>9}")
-    print_compare("float32 rows", c)
-    print("  (|dmean|/sd in float64-fit posterior sds; Monte Carlo error of a mean alone is "
-          "about 1/sqrt(ESS) sd)")
-    speed = fits["float64"]["total_wall_s"] / fits["float32"]["total_wall_s"]
-    print(f"  wall float64 / float32: {speed:.2f}")
-    finish({"benchmark": "fit_speed --precision-only", "sampler": SAMPLER,
-            "fits": list(fits.values()), "precision_check": c, "wall_ratio_f64_f32": round(speed, 3)},
-           args, load0, "fit_speed_precision.json")
     return 0
 
 

@@ -45,12 +45,6 @@ density is written out (`student_t_logp`, equal to PyMC's) with its constant com
 a table without request-level rows leaves the alpha product out of the mean, and a table
 of exact kinds only skips the per-kind error: the same posterior with a cheaper gradient
 and a smaller graph to compile. nutpie evaluates it with numba or JAX (``nuts_backend``).
-
-On large tables (``FLOAT32_ROWS_FROM``) the per-observation arithmetic (features, means,
-scales, the Student-t terms) runs in float32 and is summed in float64: about 2x faster
-gradients at 200k rows. The log density moves by float32 rounding of each row's term
-(relative 1e-7, random across rows), far below what NUTS resolves; benchmarks/fit_speed.py
-compares the two posteriors.
 """
 
 from __future__ import annotations
@@ -62,7 +56,6 @@ import warnings
 import numpy as np
 import pandas as pd
 import pymc as pm
-import pytensor
 import pytensor.tensor as pt
 
 from bayesblis.constants import (DIM_ALPHA_FEATURE, DIM_ARCH, DIM_CONFIG, DIM_FAMILY,
@@ -74,10 +67,6 @@ from bayesblis.model.priors import PROPORTIONAL_GROUPS, merge_priors
 LEVELS = (("arch", DIM_ARCH, "arch"), ("hardware", DIM_HARDWARE, "hardware"),
           ("family", DIM_FAMILY, "model_family"))
 """(short name, dimension, configuration column) of each pooled level above `config`."""
-
-FLOAT32_ROWS_FROM = 100_000
-"""Tables of at least this many observations get float32 per-observation arithmetic by
-default (`LatencyModel.build_model` ``row_dtype``)."""
 
 EXACT_KINDS = frozenset({"window", "step", "step_gap", "decode_window"})
 """Observation kinds that are exact sums of traced steps: their only error is step noise.
@@ -118,7 +107,7 @@ class LatencyModel:
 
     # ------------------------------------------------------------------ build
     def build_model(self, data: ModelData, weighted: bool = False,
-                    minibatch_size: int | None = None, row_dtype: str | None = None) -> pm.Model:
+                    minibatch_size: int | None = None) -> pm.Model:
         """Create the PyMC model for `data` (no sampling).
 
         ``weighted=True`` multiplies each observation's log-likelihood by the data
@@ -129,11 +118,6 @@ class LatencyModel:
         sees a random minibatch of B observations per evaluation (``pm.Minibatch``), scaled
         to the whole table by ``total_size``; the per-observation ``mean_s`` is not kept and
         the model cannot be used with NUTS or the posterior predictive.
-
-        ``row_dtype``: the precision of the per-observation arithmetic, "float64" or
-        "float32" (default: float32 from FLOAT32_ROWS_FROM observations unless minibatched;
-        see the module docstring). Parameters, priors and every sum over observations stay
-        float64.
         """
         if minibatch_size is not None and weighted:
             raise BayesBlisError("a weighted model cannot be minibatched")
@@ -183,21 +167,6 @@ class LatencyModel:
         bounds = data.config_bounds()
         informed = _well_informed(beta_matrix, alpha_matrix, obs["n_steps"].to_numpy(float), bounds,
                                   self.priors, self.beta_features, self.alpha_features)
-        if row_dtype is None:
-            row_dtype = ("float32" if len(obs) >= FLOAT32_ROWS_FROM and minibatch_size is None
-                         else "float64")
-        if row_dtype not in ("float32", "float64"):
-            raise BayesBlisError(f"row_dtype must be 'float32' or 'float64', not {row_dtype!r}")
-        if row_dtype == "float32" and minibatch_size is not None:
-            raise BayesBlisError("minibatched rows are float64 (a minibatch is small already)")
-
-        def rows(var):  # a parameter entering the per-observation arithmetic
-            return pt.cast(var, row_dtype)
-
-        def row_data(name, values, dims):  # pm.Data would store floats as float64
-            shared = pytensor.shared(np.asarray(values, row_dtype), name)
-            model.register_data_var(shared, dims=dims)
-            return shared
         with pm.Model(coords=coords) as model:
             theta_beta = self._log_linear_coefficients(
                 "beta", DIM_FEATURE, self.priors["beta"], self.beta_features, level_index,
@@ -220,24 +189,24 @@ class LatencyModel:
             nu = pm.Deterministic(
                 "nu", 2.0 + pm.Exponential("nu_excess", 1.0 / hyper["nu_excess_mean"]))
 
-            X = row_data("X", beta_matrix, dims=(DIM_OBS, DIM_FEATURE))
-            XA = row_data("XA", alpha_matrix, dims=(DIM_OBS, DIM_ALPHA_FEATURE))
-            n_steps = row_data("n_steps", obs["n_steps"].to_numpy(float), dims=DIM_OBS)
+            X = pm.Data("X", beta_matrix, dims=(DIM_OBS, DIM_FEATURE))
+            XA = pm.Data("XA", alpha_matrix, dims=(DIM_OBS, DIM_ALPHA_FEATURE))
+            n_steps = pm.Data("n_steps", obs["n_steps"].to_numpy(float), dims=DIM_OBS)
             cfg = pm.Data("config_idx", cfg_idx, dims=DIM_OBS)
             kind = pm.Data("kind_idx", kind_idx, dims=DIM_OBS)
-            y = row_data("y_s", obs["y_s"].to_numpy(float), dims=DIM_OBS)
+            y = pm.Data("y_s", obs["y_s"].to_numpy(float), dims=DIM_OBS)
             columns = [X, XA, n_steps, cfg, kind, y]
             if data.has_repeated_runs():
                 columns.append(pm.Data("run_idx", run_idx, dims=DIM_OBS))
             if minibatch_size is not None:  # one random subset of rows for every column
                 columns = pm.Minibatch(*columns, batch_size=int(minibatch_size))
                 X, XA, n_steps, cfg, kind, y = columns[:6]
-                mean = (X * rows(beta)[cfg]).sum(axis=-1) + (XA * rows(alpha)[cfg]).sum(axis=-1)
+                mean = (X * beta[cfg]).sum(axis=-1) + (XA * alpha[cfg]).sum(axis=-1)
             else:  # rows sorted by configuration: one matrix-vector product per configuration
                 segment = pm.Data("config_bounds", bounds)
-                mean = _segment_dot(X, rows(beta), segment, len(configs))
+                mean = _segment_dot(X, beta, segment, len(configs))
                 if self.alpha_in_mean:
-                    mean = mean + _segment_dot(XA, rows(alpha), segment, len(configs))
+                    mean = mean + _segment_dot(XA, alpha, segment, len(configs))
             if data.has_repeated_runs():
                 run = columns[6]
                 tau_run = pm.HalfNormal("tau_run", hyper["tau_run"])
@@ -245,21 +214,21 @@ class LatencyModel:
                 centring = pm.Data("run_centring", data.run_centring(runs))
                 z_run = pm.Deterministic("z_run", z_free - pt.dot(centring, z_free), dims="run")
                 factor = pt.concatenate([pt.exp(tau_run * z_run), pt.ones(1)])  # lone runs: 1
-                mean = mean * rows(factor)[run]
+                mean = mean * factor[run]
             if minibatch_size is None:
                 mean = pm.Deterministic("mean_s", mean, dims=DIM_OBS)
             steps_share = (n_steps > 0) / pt.maximum(n_steps, 1.0)  # data only
             if approx.any():
-                rel = pt.sqrt(rows(sigma_step)[cfg] ** 2 * steps_share + rows(kind_sigma)[kind] ** 2)
+                rel = pt.sqrt(sigma_step[cfg] ** 2 * steps_share + kind_sigma[kind] ** 2)
             else:  # exact kinds only: no per-kind error to gather and add
-                rel = rows(sigma_step)[cfg] * pt.sqrt(steps_share)
+                rel = sigma_step[cfg] * pt.sqrt(steps_share)
             if weighted:
                 weight = pm.Data("weight", np.ones(len(obs)), dims=DIM_OBS)
                 loglik = student_t_logp(y, nu, mean, mean * rel)
                 pm.Potential("y_loglik", (weight * loglik).sum())
             else:
-                pm.CustomDist("y_obs", rows(nu), mean, mean * rel, dist=_student_t,
-                              logp=student_t_logp, observed=y,
+                pm.CustomDist("y_obs", nu, mean, mean * rel, dist=_student_t, logp=student_t_logp,
+                              observed=y,
                               **({"total_size": len(obs)} if minibatch_size is not None
                                  else {"dims": DIM_OBS}))
         self.model = model
@@ -484,17 +453,15 @@ class LatencyModel:
             raise BayesBlisError("these observations have request-level (alpha) features but "
                                  "the model was built on step observations only; build it on them")
         kinds = list(self.model.coords["kind"])
-        rows = {"X": obs[[f"f_{f}" for f in self.beta_features]].to_numpy(float),
-                "XA": alpha_matrix, "n_steps": obs["n_steps"].to_numpy(float),
-                "y_s": obs["y_s"].to_numpy(float)}
-        for name, values in rows.items():  # in the rows' own dtype (pm.set_data: float64)
-            self.model[name].set_value(values.astype(self.model[name].dtype))
         with self.model:
-            pm.set_data({"config_idx": data.index_of(obs),
+            pm.set_data({"X": obs[[f"f_{f}" for f in self.beta_features]].to_numpy(float),
+                         "XA": alpha_matrix, "n_steps": obs["n_steps"].to_numpy(float),
+                         "config_idx": data.index_of(obs),
                          "config_bounds": data.config_bounds(),
                          "kind_idx": obs["kind"].astype(str).map(kinds.index).to_numpy(np.int64),
                          **({"run_idx": data.run_slots(list(self.model.coords["run"]))}
-                            if "run_idx" in self.model.named_vars else {})},
+                            if "run_idx" in self.model.named_vars else {}),
+                         "y_s": obs["y_s"].to_numpy(float)},
                         coords={DIM_OBS: np.arange(len(obs))})
         self.data = data
 
@@ -552,10 +519,8 @@ def _level_scale(name, short, hyper, dims=None, n_groups=None):
 
 
 def _student_t(nu, mu, sigma, size):
-    """The likelihood's generative form (posterior predictive draws), in the rows' dtype (a
-    float64 draw would make PyMC cast float32 observations up, and the whole likelihood
-    with them)."""
-    return pt.cast(pm.StudentT.dist(nu=nu, mu=mu, sigma=sigma, size=size), mu.dtype)
+    """The likelihood's generative form (posterior predictive draws)."""
+    return pm.StudentT.dist(nu=nu, mu=mu, sigma=sigma, size=size)
 
 
 def student_t_logp(value, nu, mu, sigma):
@@ -564,13 +529,10 @@ def student_t_logp(value, nu, mu, sigma):
     Written out with the normalising constant as one scalar expression and without
     PyMC's per-row parameter checks: a faster log-density gradient at 200k rows
     (benchmarks/fit_speed.py).
-    With float32 rows (``value``'s dtype) the per-row terms are float32 and the result,
-    the constant added, float64: every sum over rows is taken in float64.
     """
     z = (value - mu) / sigma
     const = pt.gammaln((nu + 1.0) / 2.0) - pt.gammaln(nu / 2.0) - 0.5 * pt.log(np.pi * nu)
-    nu_rows = pt.cast(nu, value.dtype)
-    return pt.cast(const, "float64") - pt.log(sigma) - (nu_rows + 1.0) / 2.0 * pt.log1p(z ** 2 / nu_rows)
+    return const - pt.log(sigma) - (nu + 1.0) / 2.0 * pt.log1p(z ** 2 / nu)
 
 
 def _segment_dot(matrix, coef, bounds, n_config: int):
