@@ -18,9 +18,10 @@ per normal-load stage::
 A fold's discrepancy comes from the *other* folds' held-out errors (cross-validation
 residuals, as in CV+ intervals): errors of runs a fit has seen understate a new run's
 (calibrated on them, 90% intervals covered 85% and 79% of the real stage means in the two
-recorded leave-one-experiment-out runs; calibrated across folds, 86% and 81%; README). A prediction's draws ``x`` are then widened
-to ``x * exp(sd * z)``, ``z ~ Normal(0, 1)``, ``WIDEN_SAMPLES`` per draw: intervals come from
-that mixture; the point prediction (mean, median of the draws) is left as the model gives it.
+recorded leave-one-experiment-out runs; calibrated across folds, 86% and 81%; README).
+A prediction's draws ``x`` are then widened to ``x * exp(sd * z)``, ``z ~ Normal(0, 1)``,
+``WIDEN_SAMPLES`` per draw: intervals come from that mixture; the point prediction (mean,
+median of the draws) is left as the model gives it.
 """
 
 from __future__ import annotations

@@ -182,17 +182,16 @@ def cross_fold_discrepancy(predictions: list[dict]) -> dict:
     """{fold: {metric: {"sd", ...}}}: each fold's simulator discrepancy, calibrated on the
     other folds' out-of-sample errors (bayesblis.discrepancy).
 
-    `predictions`: one entry per held-out source, {"fold", "source", "result"}. A fold's
-    own held-out runs never set its discrepancy; the other folds' fits did see them (a
-    cross-validation residual, as in CV+ conformal intervals), so the held-out run reaches
-    its own interval only through how it moved the other fits' errors."""
+    `predictions`: one entry per held-out source, {"fold", "records"} (its `compare`
+    records, posterior-only intervals). A fold's own held-out runs never set its
+    discrepancy; the other folds' fits did see them (a cross-validation residual, as in CV+
+    conformal intervals), so the held-out run reaches its own interval only through how it
+    moved the other fits' errors."""
     from bayesblis.discrepancy import discrepancy_sd
 
-    posterior_only = {id(p): compare(p["source"], p["result"], fold=p["fold"], holdout="")
-                      for p in predictions}
     out = {}
     for fold in dict.fromkeys(p["fold"] for p in predictions):
-        others = [r for p in predictions if p["fold"] != fold for r in posterior_only[id(p)]]
+        others = [r for p in predictions if p["fold"] != fold for r in p["records"]]
         out[fold] = discrepancy_sd(others, METRICS.values())
     return out
 
@@ -215,15 +214,17 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
     sampler = {"draws": fit_draws, "tune": fit_tune, "chains": chains, "seed": seed,
                "max_treedepth": max_treedepth, "target_accept": target_accept}
 
-    predictions = []  # {"fold", "source", "result"} per held-out source
+    predictions = []  # {"fold", "source", "result", "records"} per held-out source
 
     def predict(view, held_sources, fold, allow_unseen, info):
         for source in held_sources:
             result = predict_experiment(source, view, hardware=hardware, n_draws=n_draws,
                                         seed=seed, allow_unseen=allow_unseen,
                                         max_duration_s=max_duration_s, keep_draws=True)
-            predictions.append({"fold": fold, "source": source, "result": result})
-            echo(_format_records(compare(source, result, fold=fold, holdout=holdout))
+            posterior_only = compare(source, result, fold=fold, holdout=holdout)
+            predictions.append({"fold": fold, "source": source, "result": result,
+                                "records": posterior_only})
+            echo(_format_records(posterior_only)
                  + ("\n    (posterior-only intervals: the final table widens them by the "
                     "simulator discrepancy)" if discrepancy else ""))
         folds_info.append({**info, "fold": fold})
@@ -260,9 +261,10 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
     else:
         raise ValueError(f"holdout must be 'experiment' or 'model', not {holdout!r}")
     calibrated = cross_fold_discrepancy(predictions) if discrepancy else {}
-    for p in predictions:
-        records += compare(p["source"], p["result"], fold=p["fold"], holdout=holdout,
-                           discrepancy=calibrated.get(p["fold"]), seed=seed)
+    for p in predictions:  # widened intervals, or the posterior-only records as they are
+        records += (compare(p["source"], p["result"], fold=p["fold"], holdout=holdout,
+                            discrepancy=calibrated[p["fold"]], seed=seed)
+                    if discrepancy else p["records"])
     for info in folds_info:
         info["discrepancy"] = calibrated.get(info["fold"])
     return {"holdout": holdout, "hardware": hardware, "n_draws": n_draws, "sampler": sampler,
