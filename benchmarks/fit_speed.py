@@ -222,6 +222,7 @@ def fit_nutpie(data: ModelData, label: str) -> dict:
            "mean_tree_size": round(float(stats["n_steps"].mean()), 1),
            "share_draws_at_max_depth": round(float(stats["maxdepth_reached"].mean()), 4),
            "diagnostics": _diag_row(diag), "beta": beta_summary(idata),
+           "laplace": lm.fit_info.get("laplace"),
            "sigma_step_mean": float(idata.posterior["sigma_step"].mean()),
            "nu_mean": float(idata.posterior["nu"].mean())}
     out["ess_bulk_per_s"] = round(diag["ess_bulk_min"] / sample_s, 2)
@@ -437,6 +438,8 @@ def main(argv=None) -> int:
                          "early tuning, the draws' share at the cap is recorded")
     ap.add_argument("--nuts-backend", choices=("numba", "jax"), default="numba",
                     help="how nutpie evaluates the log density in the fits (sections 3, target)")
+    ap.add_argument("--laplace", choices=("auto", "on", "off"), default="auto",
+                    help="Laplace preconditioning of NUTS (JAX backend; auto: from 20k rows)")
     ap.add_argument("--target-only", action="store_true",
                     help="only the target: NUTS on all 200k single steps (writes "
                          "fit_speed_200k.json unless --out)")
@@ -453,6 +456,7 @@ def main(argv=None) -> int:
     if args.max_treedepth is not None:
         SAMPLER["max_treedepth"] = args.max_treedepth
     SAMPLER["nuts_backend"] = args.nuts_backend
+    SAMPLER["laplace"] = {"auto": "auto", "on": True, "off": False}[args.laplace]
     if args.target_only:
         return target_only(args)
     if args.gradients_only:
@@ -590,6 +594,12 @@ def targets(fits: list, target_n: int, p: dict, slope: float) -> dict:
                         "growth_exponent": round(float(slope), 3), "growth_met": bool(slope <= 1.05)}}
 
 
+def laplace_txt(row: dict) -> str:
+    """', of which Laplace preconditioning N s (M gradients)' when the fit used it."""
+    lap = row.get("laplace")
+    return f", of which Laplace preconditioning {lap['wall_s']} s ({lap['n_evals']} gradients)" if lap else ""
+
+
 def target_only(args) -> int:
     """NUTS on the 200k single steps of the fleet, nothing else (the issue's target)."""
     load0 = os.getloadavg()
@@ -602,7 +612,7 @@ def target_only(args) -> int:
     print_fit(row)
     met = row["total_wall_s"] <= TARGET_WALL_S and bool(row["diagnostics"]["passed"])
     print(f"\ntarget: {len(data.obs):,} single steps: total {row['total_wall_s']} s (compile "
-          f"{row['compile_s']} s + sampling {row['sample_s']} s), diagnostics "
+          f"{row['compile_s']} s + sampling {row['sample_s']} s{laplace_txt(row)}), diagnostics "
           f"{'PASS' if row['diagnostics']['passed'] else 'FAIL'} -> "
           f"{'met' if met else 'MISSED'} (<= {TARGET_WALL_S:.0f} s, clean diagnostics); "
           f"{row['mean_tree_size']} gradients per draw, {100 * row['share_draws_at_max_depth']:.1f}% "

@@ -76,13 +76,16 @@ non-shrinking relative error ``sigma_kind``."""
 DEFAULT_SAMPLER = {"draws": 500, "tune": 500, "chains": 2, "target_accept": 0.9,
                    "low_rank_mass_matrix": True, "max_treedepth": 10,
                    "seed": 1, "advi_iterations": 30000, "advi_learning_rate": 0.01,
-                   "store_obs_means": True, "advi_mode": None, "nuts_backend": "numba"}
+                   "store_obs_means": True, "advi_mode": None, "nuts_backend": "numba",
+                   "laplace": "auto"}
 """``advi_mode``: pytensor compile mode of the ADVI step (None: pytensor's default, C;
 "NUMBA": longer compile, about 6x faster steps on this model); ``store_obs_means``: keep
 the per-observation ``mean_s`` in NUTS traces; ``nuts_backend``: how nutpie evaluates the
 log density, "numba" (compiled once, reused by weighted refits) or "jax" (the data frozen
 into an XLA program: compiles in seconds instead of minutes and has the faster gradient on
-large tables, see benchmarks/fit_speed.py; a weighted refit compiles again)."""
+large tables, see benchmarks/fit_speed.py; a weighted refit compiles again); ``laplace``:
+precondition NUTS at the posterior mode (`bayesblis.model.laplace`; JAX backend only):
+"auto" from `laplace.AUTO_MIN_ROWS` rows, True always (an error with numba), False never."""
 
 
 class LatencyModel:
@@ -102,6 +105,7 @@ class LatencyModel:
         self._compiled_backend: str | None = None
         self._weighted_data: dict | None = None  # data a weighted refit swaps in
         self.minibatch_size: int | None = None
+        self._laplace_info: dict | None = None  # the last NUTS fit's preconditioning
         self.idata = None
         self.fit_info: dict = {}
 
@@ -347,6 +351,8 @@ class LatencyModel:
                          "obs_per_kind": self.data.obs["kind"].value_counts().to_dict(),
                          "sampler_config": {k: v for k, v in cfg.items()},
                          "diagnostics": diagnose(idata, method)}
+        if method in ("nuts", "nutpie"):
+            self.fit_info["laplace"] = self._laplace_info
         if method == "advi":  # the last 100 losses (set by _fit_advi; kept past the reset)
             self.fit_info["advi_loss"] = self._advi_loss
         return idata
@@ -374,11 +380,15 @@ class LatencyModel:
 
         if self.minibatch_size is not None:
             raise BayesBlisError("NUTS needs the whole likelihood: build without minibatch_size")
+        use_laplace = self._use_laplace(cfg)  # before compiling: a wrong setting fails fast
         if self._compiled is None or self._compiled_backend != cfg["nuts_backend"]:
             self.compile_nuts(cfg)
         compiled = self._compiled
         if self._weighted_data is not None and self._compiled_backend == "numba":
             compiled = compiled.with_data(**self._weighted_data)
+        self._laplace_info = None
+        if use_laplace:
+            compiled = self._precondition(compiled, cfg, progressbar)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return nutpie.sample(compiled, draws=cfg["draws"], tune=cfg["tune"],
@@ -387,6 +397,42 @@ class LatencyModel:
                                  progress_bar=progressbar, save_warmup=False,
                                  low_rank_modified_mass_matrix=cfg["low_rank_mass_matrix"],
                                  maxdepth=cfg["max_treedepth"])
+
+    def _use_laplace(self, cfg) -> bool:
+        from bayesblis.model.laplace import AUTO_MIN_ROWS
+
+        setting = cfg.get("laplace", "auto")
+        if setting not in ("auto", True, False):
+            raise BayesBlisError(f"laplace must be 'auto', True or False, not {setting!r}")
+        possible = cfg["nuts_backend"] == "jax"
+        if setting is True and not possible:
+            raise BayesBlisError("laplace=True needs nuts_backend='jax' (nutpie's numba model "
+                                 "does not expose its log density to Python)")
+        if setting == "auto":
+            return possible and len(self.data.obs) >= AUTO_MIN_ROWS
+        return setting
+
+    def _precondition(self, compiled, cfg, progressbar):
+        """nutpie model sampled around the posterior mode (`bayesblis.model.laplace`)."""
+        import sys
+
+        import nutpie
+
+        from bayesblis.model.laplace import (can_precondition, find_laplace, logp_grad_of,
+                                             precondition)
+
+        if not can_precondition(compiled):
+            raise BayesBlisError(f"nutpie {nutpie.__version__} does not expose its JAX model's "
+                                 "log density as bayesblis expects: fit with laplace=False")
+        if progressbar:
+            print(f"Laplace preconditioning: posterior mode and curvature of "
+                  f"{compiled._n_dim} parameters ...", file=sys.stderr, flush=True)
+        laplace = find_laplace(logp_grad_of(compiled), compiled._make_initial_points(cfg["seed"]))
+        self._laplace_info = laplace.summary()
+        if progressbar:
+            print(f"  {laplace.n_evals} gradients, {laplace.wall_s:.1f} s", file=sys.stderr,
+                  flush=True)
+        return precondition(compiled, laplace)
 
     def compile_nuts(self, cfg: dict | None = None) -> None:
         """Compile the log density and its gradient for nutpie, with the backend named by
