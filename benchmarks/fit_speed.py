@@ -440,6 +440,11 @@ def main(argv=None) -> int:
                     help="how nutpie evaluates the log density in the fits (sections 3, target)")
     ap.add_argument("--laplace", choices=("auto", "on", "off"), default="auto",
                     help="Laplace preconditioning of NUTS (JAX backend; auto: from 20k rows)")
+    ap.add_argument("--reference", action="store_true",
+                    help="with --target-only: first fit without Laplace preconditioning and "
+                         "compare (time ratio, beta posterior)")
+    ap.add_argument("--reference-tune", type=int, default=300)
+    ap.add_argument("--reference-draws", type=int, default=1000)
     ap.add_argument("--target-only", action="store_true",
                     help="only the target: NUTS on all 200k single steps (writes "
                          "fit_speed_200k.json unless --out)")
@@ -601,15 +606,28 @@ def laplace_txt(row: dict) -> str:
 
 
 def target_only(args) -> int:
-    """NUTS on the 200k single steps of the fleet, nothing else (the issue's target)."""
+    """NUTS on the 200k single steps of the fleet, nothing else (the issue's target); with
+    --reference, first the same fit without Laplace preconditioning (--reference-tune /
+    --reference-draws) in the same run: the wall-time ratio and how far the two beta
+    posteriors are apart."""
     load0 = os.getloadavg()
     data = fleet(TARGET_N_OBS)
     print(f"fit_speed --target-only: {len(data.obs):,} steps of {len(data.configs)} configurations; "
           f"NUTS {SAMPLER['chains']} chains x ({SAMPLER['tune']} tune + {SAMPLER['draws']} draws); "
           f"load average at start {load0[0]:.2f}", flush=True)
     print(FIT_HEADER)
+    fits, reference = [], None
+    if args.reference:
+        settings = dict(SAMPLER)
+        SAMPLER.update(laplace=False, tune=args.reference_tune, draws=args.reference_draws)
+        reference = fit_nutpie(data, f"no Laplace {args.reference_tune}+{args.reference_draws}")
+        SAMPLER.clear()
+        SAMPLER.update(settings)
+        print_fit(reference)
+        fits.append(reference)
     row = fit_nutpie(data, f"steps {len(data.obs):,}")
     print_fit(row)
+    fits.append(row)
     met = row["total_wall_s"] <= TARGET_WALL_S and bool(row["diagnostics"]["passed"])
     print(f"\ntarget: {len(data.obs):,} single steps: total {row['total_wall_s']} s (compile "
           f"{row['compile_s']} s + sampling {row['sample_s']} s{laplace_txt(row)}), diagnostics "
@@ -617,11 +635,19 @@ def target_only(args) -> int:
           f"{'met' if met else 'MISSED'} (<= {TARGET_WALL_S:.0f} s, clean diagnostics); "
           f"{row['mean_tree_size']} gradients per draw, {100 * row['share_draws_at_max_depth']:.1f}% "
           f"of draws at the tree-depth cap {SAMPLER.get('max_treedepth', 10)}")
-    finish({"benchmark": "fit_speed --target-only", "sampler": SAMPLER, "fits": [row],
-            "targets": {"n_obs": len(data.obs), "wall_s": row["total_wall_s"],
-                        "wall_target_s": TARGET_WALL_S,
-                        "diagnostics_passed": row["diagnostics"]["passed"], "met": met}},
-           args, load0, "fit_speed_200k.json")
+    doc = {"benchmark": "fit_speed --target-only", "sampler": SAMPLER, "fits": fits,
+           "targets": {"n_obs": len(data.obs), "wall_s": row["total_wall_s"],
+                       "wall_target_s": TARGET_WALL_S,
+                       "diagnostics_passed": row["diagnostics"]["passed"], "met": met}}
+    if reference is not None:
+        same = compare_beta(reference["beta"], row["beta"])
+        ratio = round(reference["total_wall_s"] / row["total_wall_s"], 2)
+        print(f"against the unpreconditioned fit: {ratio}x faster in total; beta means moved by "
+              f"a median {same['mean_shift_sd_median']} (max {same['mean_shift_sd_max']}) "
+              f"posterior sd, 90% widths {same['width_ratio_min']}-{same['width_ratio_max']}x "
+              f"(median {same['width_ratio_median']})")
+        doc["versus_reference"] = {"wall_ratio": ratio, "beta": same}
+    finish(doc, args, load0, "fit_speed_200k.json")
     return 0
 
 
