@@ -422,8 +422,12 @@ class LatencyModel:
                                              precondition)
 
         if not can_precondition(compiled):
-            raise BayesBlisError(f"nutpie {nutpie.__version__} does not expose its JAX model's "
-                                 "log density as bayesblis expects: fit with laplace=False")
+            message = (f"nutpie {nutpie.__version__} does not expose its JAX model's log "
+                       "density as bayesblis expects")
+            if cfg["laplace"] is True:
+                raise BayesBlisError(message + ": fit with laplace=False")
+            warnings.warn(message + "; sampling without Laplace preconditioning", stacklevel=3)
+            return compiled
         if progressbar:
             print(f"Laplace preconditioning: posterior mode and curvature of "
                   f"{compiled._n_dim} parameters ...", file=sys.stderr, flush=True)

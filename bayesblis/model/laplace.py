@@ -18,8 +18,10 @@ The mode search runs in two stages: a short L-BFGS in the original coordinates, 
 Hessian there and L-BFGS again in the whitened coordinates of that Hessian (L-BFGS alone
 crawls along the ridge: about 1,300 gradients at 200k rows against a few hundred).
 
-Only nutpie's JAX backend exposes its log density to Python (``PyFuncModel``); with numba
-`precondition` declines and the fit runs unpreconditioned. A hierarchical posterior on
+Only nutpie's JAX backend exposes its log density to Python (``PyFuncModel``): with numba,
+``laplace="auto"`` samples unpreconditioned and ``laplace=True`` is an error. Whether the
+mode search converged is recorded (``fit_info["laplace"]``); a poor approximation costs
+speed, never correctness. A hierarchical posterior on
 little data can have its mode at a collapsed group scale (tau -> 0), where a Laplace
 approximation is meaningless: ``laplace="auto"`` uses it from `AUTO_MIN_ROWS` rows.
 """
@@ -122,7 +124,9 @@ def find_laplace(logp_grad, x0: np.ndarray, max_evals: int = 5000) -> Laplace:
 
 def can_precondition(compiled) -> bool:
     """True for nutpie's JAX-backend models (a Python log density we can wrap)."""
-    names = {f.name for f in dataclasses.fields(compiled)} if dataclasses.is_dataclass(compiled) else set()
+    if not dataclasses.is_dataclass(compiled):
+        return False
+    names = {f.name for f in dataclasses.fields(compiled)}
     return {"_make_logp_func", "_make_expand_func", "_make_initial_points",
             "_shared_data"} <= names
 
