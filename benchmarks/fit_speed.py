@@ -63,6 +63,7 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
 import numpy as np  # noqa: E402
 
 from bayesblis.model.data import ModelData  # noqa: E402
+from bayesblis.model.laplace import CHOICES as LAPLACE_CHOICES  # noqa: E402
 
 SAMPLER = {"draws": 500, "tune": 500, "chains": 2, "store_obs_means": False, "seed": 1}
 """NUTS settings of every fit (the package defaults, without the per-observation means)."""
@@ -438,7 +439,7 @@ def main(argv=None) -> int:
                          "early tuning, the draws' share at the cap is recorded")
     ap.add_argument("--nuts-backend", choices=("numba", "jax"), default="numba",
                     help="how nutpie evaluates the log density in the fits (sections 3, target)")
-    ap.add_argument("--laplace", choices=("auto", "on", "off"), default="auto",
+    ap.add_argument("--laplace", choices=tuple(LAPLACE_CHOICES), default="auto",
                     help="Laplace preconditioning of NUTS (JAX backend; auto: from 20k rows)")
     ap.add_argument("--reference", action="store_true",
                     help="with --target-only: first fit without Laplace preconditioning and "
@@ -461,7 +462,7 @@ def main(argv=None) -> int:
     if args.max_treedepth is not None:
         SAMPLER["max_treedepth"] = args.max_treedepth
     SAMPLER["nuts_backend"] = args.nuts_backend
-    SAMPLER["laplace"] = {"auto": "auto", "on": True, "off": False}[args.laplace]
+    SAMPLER["laplace"] = LAPLACE_CHOICES[args.laplace]
     if args.target_only:
         return target_only(args)
     if args.gradients_only:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from bayesblis.model.laplace import CHOICES as LAPLACE_CHOICES
+
 
 @click.command("fit")
 @click.argument("dataset", type=click.Path(exists=True, file_okay=False))
@@ -24,7 +26,7 @@ import click
               show_default=True,
               help="How nutpie evaluates the log density: numba, or jax (compiles in seconds, "
                    "faster on large tables; see README, fit speed).")
-@click.option("--laplace", type=click.Choice(["auto", "on", "off"]), default="auto",
+@click.option("--laplace", type=click.Choice(list(LAPLACE_CHOICES)), default="auto",
               show_default=True,
               help="Precondition NUTS at the posterior mode (JAX backend; same posterior, "
                    "shorter trees and tuning on large tables). auto: from 20,000 observations.")
@@ -46,5 +48,5 @@ def command(dataset, out_path, method, draws, tune, chains, hardware, max_obs_pe
     fit_and_save(data, out_path, method=method, priors=priors,
                  sampler_config={"draws": draws, "tune": tune, "chains": chains, "seed": seed,
                                  "nuts_backend": nuts_backend, "target_accept": target_accept,
-                                 "laplace": {"auto": "auto", "on": True, "off": False}[laplace]},
+                                 "laplace": LAPLACE_CHOICES[laplace]},
                  echo=click.echo)

@@ -34,6 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+CHOICES = {"auto": "auto", "on": True, "off": False}
+"""``--laplace`` choices (CLI, benchmarks) and the ``laplace`` sampler setting each stands for."""
+
 AUTO_MIN_ROWS = 20_000
 """``laplace="auto"`` preconditions tables with at least this many rows (JAX backend)."""
 
