@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from bayesblis.errors import BayesBlisError
+from bayesblis.errors import BayesBlisError, UnknownArchitectureError, UnknownHardwareError
 from bayesblis.model.data import CONFIG_COLUMNS, ModelData, config_row
 from bayesblis.reconstruct import KINDS, OBS_COLUMNS, otel_observations, trace_from_source
 
@@ -45,8 +45,11 @@ def deployment_for_source(source, hardware: str | None = None):
         raise BayesBlisError(
             f"source '{source.name}': the hardware is unknown; put 'hardware: <GPU>' in the "
             f"source's deployment.yaml or pass hardware=... (CLI --hardware)")
-    return Deployment(load_model(model), hw, tp=int(s.get("tp") or 1), ep=int(s.get("ep") or 1),
-                      dtype=str(s.get("dtype") or "auto"), block_size=int(s.get("block_size") or 16))
+    try:
+        return Deployment(load_model(model), hw, tp=int(s.get("tp") or 1), ep=int(s.get("ep") or 1),
+                          dtype=str(s.get("dtype") or "auto"), block_size=int(s.get("block_size") or 16))
+    except (UnknownArchitectureError, UnknownHardwareError) as exc:
+        raise type(exc)(f"source '{source.name}': {exc}") from None
 
 
 def _client_observations():

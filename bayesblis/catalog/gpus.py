@@ -7,7 +7,6 @@ Interconnect bandwidths are per GPU and per direction (unidirectional).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -16,6 +15,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from bayesblis.errors import InputError, UnknownHardwareError
+from bayesblis.io.text import load_json_checked
 
 CATALOG_DIR = Path(__file__).with_name("gpus")
 SCHEMA_ID = "bayesblis.gpu-datasheet/1"
@@ -165,12 +165,7 @@ def gpu_from_dict(data: Mapping, path="<dict>") -> GpuSpec:
 def read_gpu_datasheet(path) -> GpuSpec:
     """Read and validate one datasheet JSON file."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"not valid JSON: {exc.msg}", record=f"line {exc.lineno}") from None
+    data = load_json_checked(path, expected="a GPU datasheet JSON object (data_specs/gpu-datasheet.md)")
     return gpu_from_dict(data, path)
 
 

@@ -8,13 +8,13 @@ See data_specs/model-config.md for the fields read and the conventions.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
 from bayesblis.errors import InputError, UnknownArchitectureError
+from bayesblis.io.text import load_json_checked
 
 CATALOG_DIR = Path(__file__).with_name("models")
 
@@ -457,12 +457,7 @@ def read_model_config(path, *, name: str | None = None) -> ModelArch:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "file not found", expected="a HF config.json") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"not valid JSON: {exc.msg}", record=f"line {exc.lineno}") from None
+    data = load_json_checked(path, expected="a HF config.json")
     if name is None and not (isinstance(data, Mapping) and data.get("_bayesblis")):
         name = path.parent.name if path.name == "config.json" else path.stem
     return model_from_config(data, name=name, path=path)
@@ -487,7 +482,7 @@ def _name_variants(name: str):
 def _catalog() -> tuple[dict[str, ModelArch], dict[str, str]]:
     models, index = {}, {}
     for path in sorted(CATALOG_DIR.glob("*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json_checked(path, expected="a HF config.json")
         meta = data.get("_bayesblis") or {}
         model = model_from_config(data, name=meta.get("name", path.stem), path=path)
         models[model.name] = model
@@ -500,6 +495,13 @@ def _catalog() -> tuple[dict[str, ModelArch], dict[str, str]]:
 def list_models() -> list[str]:
     """Names of the built-in model presets."""
     return sorted(_catalog()[0])
+
+
+CONFIG_JSON_HINT = (
+    "For another model pass its Hugging Face config.json (the file or its folder) where the model is "
+    "named: `coefficients --model PATH`, `model: PATH` in a scenario YAML (simulate, plan), or "
+    "`model: PATH` in a deployment.yaml beside the traces, then re-ingest (fit)")
+"""How to use a model outside the catalog (part of every unknown-model error)."""
 
 
 def load_model(name_or_path) -> ModelArch:
@@ -516,5 +518,5 @@ def load_model(name_or_path) -> ModelArch:
         if hit:
             return models[hit]
     raise UnknownArchitectureError(
-        f"unknown model '{text}': not a config.json path, a folder holding one, or a "
-        f"catalog name. Known presets: {', '.join(sorted(models))}")
+        f"unknown model '{text}': not a catalog name and not a config.json path. Known presets: "
+        f"{', '.join(sorted(models))}. {CONFIG_JSON_HINT}")

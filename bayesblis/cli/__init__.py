@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 
 import click
 
 from bayesblis import __version__
-from bayesblis.errors import BayesBlisError
+from bayesblis.errors import BayesBlisError, InputWarning
 
 SUBCOMMANDS = {
     "ingest": ("ingest", "Read traces into a dataset folder and print a summary."),
@@ -60,7 +61,22 @@ def cli():
 
 
 def main(argv=None):
-    """Entry point: user errors print one clear line and exit 2, never a traceback."""
+    """Entry point: user errors print one clear line and exit 2, never a traceback;
+    input warnings print as one `warning:` line."""
+    with warnings.catch_warnings():
+        default_show = warnings.showwarning
+
+        def show(message, category, *args, **kwargs):
+            if issubclass(category, InputWarning):
+                click.echo(f"warning: {message}", err=True)
+            else:
+                default_show(message, category, *args, **kwargs)
+
+        warnings.showwarning = show
+        _run(argv)
+
+
+def _run(argv):
     try:
         cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Abort:

@@ -37,8 +37,8 @@ def command(posterior, model_name, hardware, tp, ep, dtype, max_num_batched_toke
     from bayesblis.features.physics import Deployment
     from bayesblis.model.store import load_posterior
 
+    deployment = Deployment(model_name, hardware, tp=tp, ep=ep, dtype=dtype)  # before the slow load
     post = load_posterior(posterior)
-    deployment = Deployment(model_name, hardware, tp=tp, ep=ep, dtype=dtype)
     draws = deployment_draws(post, deployment, allow_unseen=allow_unseen, seed=seed)
     knobs = {k: v for k, v in {"max_num_batched_tokens": max_num_batched_tokens,
                                "max_model_len": max_model_len,

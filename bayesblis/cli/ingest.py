@@ -29,9 +29,11 @@ def command(paths, out, sample, hardware, scheduler, dask_workers, quiet):
     from tqdm import tqdm
 
     from bayesblis.distributed import check_scheduler
-    from bayesblis.io.dataset import ingest, sample_paths
+    from bayesblis.io.dataset import ingest, sample_paths, warn_unknown_name
 
     check_scheduler(scheduler)
+    if hardware:
+        warn_unknown_name("hardware", hardware, "option --hardware")
 
     if sample:
         paths = tuple(str(p) for p in sample_paths()) + tuple(paths)

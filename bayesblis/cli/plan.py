@@ -64,6 +64,7 @@ def command(scenario, more_options, posterior, slo_text, prob, options, draws, d
     from tqdm import tqdm
 
     from bayesblis.atomic import write_json
+    from bayesblis.catalog.models import load_model
     from bayesblis.plan import (PlanSpecError, SearchSettings, default_duration_s,
                                 default_start_rate, format_plan, parse_options, parse_slos, run_plan)
     from bayesblis.simulate.scenario import load_scenario
@@ -95,6 +96,7 @@ def command(scenario, more_options, posterior, slo_text, prob, options, draws, d
                                  param_hint="'--scheduler'")
 
     sc = load_scenario(scenario, hardware=hardware, replay=replay, seed=seed)
+    load_model(sc.model)  # an unknown model fails here, before the posterior is read
     dur = float(duration_s) if duration_s is not None else default_duration_s(sc)
     search = SearchSettings(prob=float(prob), duration_s=dur,
                             start_rate=float(start_rate or default_start_rate(sc)),

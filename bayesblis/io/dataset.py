@@ -18,13 +18,15 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from bayesblis import __version__
-from bayesblis.errors import BayesBlisError, EmptyInputError, InputError
+from bayesblis.errors import BayesBlisError, EmptyInputError, InputError, InputWarning
+from bayesblis.io.text import load_json_checked, type_name
 
 FORMAT = "bayesblis-dataset"
 FORMAT_VERSION = 1
@@ -152,10 +154,10 @@ class Dataset:
         mpath = folder / "manifest.json"
         if not mpath.is_file():
             raise InputError(folder, "no manifest.json", expected="a dataset folder written by `bayesblis ingest`")
-        try:
-            manifest = json.loads(mpath.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise InputError(mpath, f"not valid JSON: {exc.msg}", record=f"line {exc.lineno}") from None
+        manifest = load_json_checked(mpath, expected="a dataset manifest written by `bayesblis ingest`")
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("sources"), list):
+            raise InputError(mpath, "no 'sources' list", field="sources",
+                             expected="a dataset manifest written by `bayesblis ingest`")
         if manifest.get("format") != FORMAT:
             raise InputError(mpath, f"format {manifest.get('format')!r}", field="format", expected=repr(FORMAT))
         if manifest.get("format_version") != FORMAT_VERSION:
@@ -170,7 +172,7 @@ class Dataset:
                     raise InputError(p, "table file missing", record=f"source {e['name']}", field=tname)
                 tables[tname] = pd.read_parquet(p)
             extra_p = folder / "sources" / e["name"] / "extra.json"
-            extra = json.loads(extra_p.read_text(encoding="utf-8")) if extra_p.is_file() else {}
+            extra = load_json_checked(extra_p, expected="a JSON object") if extra_p.is_file() else {}
             sources.append(Source(kind=e["kind"], name=e["name"], settings=e["settings"], tables=tables,
                                   extra=extra, inputs=e.get("inputs", []), meta=e.get("meta", {})))
         return cls(sources=sources, manifest=manifest)
@@ -237,31 +239,58 @@ def _settings_dict(settings=None, **extra) -> dict:
 
 def _read_deployment(path: Path) -> dict:
     """Optional `deployment.yaml`: name, model, hardware, and `vllm_args` (a `vllm serve`
-    command) and/or `vllm` (a mapping of VllmSettings fields)."""
-    import yaml
-
+    command) and/or `vllm` (a mapping of VllmSettings fields). `model` (a catalog name, or
+    a config.json path relative to this file) wins over the model of `vllm_args`."""
+    from bayesblis.io.mapping_file import read_mapping
     from bayesblis.io.vllm_settings import VllmSettings
 
+    data = read_mapping(path, expected="name/model/hardware/vllm_args/vllm keys")
+    for key in ("name", "model", "hardware"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise InputError(path, f"invalid value {data[key]!r}", field=key, expected="a string")
+    if data.get("vllm") is not None and not isinstance(data["vllm"], dict):
+        raise InputError(path, f"not a mapping but {type_name(data['vllm'])}", field="vllm",
+                         expected="a mapping of vLLM settings (data_specs/vllm-settings.md)")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise InputError(path, f"not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise InputError(path, "not a YAML mapping", expected="name/model/hardware/vllm_args keys")
-    try:
-        if data.get("vllm_args"):
-            settings = VllmSettings.from_cli_args(data["vllm_args"])
-        else:
-            settings = VllmSettings()
-        if isinstance(data.get("vllm"), dict):
-            settings = VllmSettings.from_dict({**settings.to_dict(), **data["vllm"]}, source=path)
-        if data.get("model") and not settings.model:
-            settings = VllmSettings.from_dict({**settings.to_dict(), "model": data["model"]}, source=path)
+        settings = VllmSettings.from_cli_args(data["vllm_args"]) if data.get("vllm_args") else VllmSettings()
+        overrides = {**(data.get("vllm") or {})}
+        if data.get("model"):
+            overrides["model"] = _beside(path, data["model"])
+        settings = VllmSettings.from_dict({**settings.to_dict(), **overrides}, source=path)
     except InputError as exc:
-        if exc.path:
-            raise
-        raise InputError(path, str(exc).split(": ", 1)[-1], field=exc.field, expected=exc.expected) from None
-    return {"name": data.get("name"), "settings": _settings_dict(settings, hardware=data.get("hardware"))}
+        raise (exc if exc.path else exc.at(path)) from None
+    hardware = _beside(path, data["hardware"]) if data.get("hardware") else None
+    return {"name": data.get("name"), "settings": _settings_dict(settings, hardware=hardware)}
+
+
+def _beside(path: Path, name: str) -> str:
+    """A relative .json path (config.json, GPU datasheet) named in `path`, made absolute
+    against `path`'s folder when the file is there; other names unchanged."""
+    cand = path.parent / name
+    if not Path(name).is_absolute() and (cand.suffix == ".json" and cand.is_file()
+                                         or (cand / "config.json").is_file()):
+        return str(cand.resolve())
+    return name
+
+
+def warn_unknown_name(key: str, name: str, where: str) -> None:
+    """Warn (naming `where`: file and field) when `name` is a model (`key` 'model') or GPU
+    ('hardware') the catalogs cannot resolve. The traces are still ingested, but fit,
+    simulate, coefficients and plan will refuse the name."""
+    from bayesblis.catalog.gpus import load_gpu
+    from bayesblis.catalog.models import load_model
+
+    try:
+        (load_model if key == "model" else load_gpu)(name)
+    except BayesBlisError as exc:
+        warnings.warn(f"{where}: {exc} -- ingested anyway; fit, simulate, coefficients and plan "
+                      f"will refuse this {key} until it is fixed", InputWarning, stacklevel=2)
+
+
+def _warn_unknown_names(settings: dict, origins: dict) -> None:
+    for key, where in origins.items():
+        if settings.get(key):
+            warn_unknown_name(key, settings[key], where)
 
 
 def _source_inference_perf(path: Path) -> Source:
@@ -269,9 +298,15 @@ def _source_inference_perf(path: Path) -> Source:
 
     exp = read_inference_perf(path)
     settings = _settings_dict(exp.settings)
-    if (path / "deployment.yaml").is_file():
-        settings.update({k: v for k, v in _read_deployment(path / "deployment.yaml")["settings"].items()
-                         if v is not None})
+    origin = {"model": f"{path / 'exp-config.yaml'}, field 'model'"}
+    dep = path / "deployment.yaml"
+    if dep.is_file():
+        dep_settings = _read_deployment(dep)["settings"]
+        settings.update({k: v for k, v in dep_settings.items() if v is not None})
+        origin["hardware"] = f"{dep}, field 'hardware'"
+        if dep_settings.get("model"):
+            origin["model"] = f"{dep}, field 'model'"
+    _warn_unknown_names(settings, origin)
     inputs = [file_info(p) for p in sorted(path.iterdir()) if p.is_file()]
     return Source(kind="inference_perf", name=exp.name, settings=settings,
                   tables={"requests": exp.requests, "stages": exp.stages,
@@ -307,6 +342,8 @@ def _source_otel(traces: Path, kv: Path | None, deployment: Path | None, name: s
         settings = dep["settings"]
         name = dep["name"] or name
         inputs.append(file_info(deployment))
+        _warn_unknown_names(settings, {"model": f"{deployment}, field 'model'",
+                                       "hardware": f"{deployment}, field 'hardware'"})
     if settings.get("kv_blocks_total_gpu") is None and len(tr.steps):
         settings["kv_blocks_total_gpu"] = int(tr.steps["kv_blocks_total"].iloc[0])
     return Source(kind="otel", name=name, settings=settings, tables=tables, inputs=inputs, meta=meta)
@@ -331,14 +368,16 @@ def _source_trace_v2(path: Path) -> Source:
         header, data = path, path.with_suffix(".csv")
     tv = read_trace_v2(header, data)
     server = tv.header.get("server") or {}
-    kwargs = {k2: server[k1] for k1, k2 in (("model", "model"), ("tensor_parallel", "tp"),
-                                            ("max_num_seqs", "max_num_seqs"), ("block_size", "block_size"),
-                                            ("gpu_memory_utilization", "gpu_memory_utilization"),
-                                            ("max_model_len", "max_model_len")) if server.get(k1)}
+    names = {"model": "model", "tensor_parallel": "tp", "max_num_seqs": "max_num_seqs", "block_size": "block_size",
+             "gpu_memory_utilization": "gpu_memory_utilization", "max_model_len": "max_model_len"}
+    kwargs = {ours: server[theirs] for theirs, ours in names.items() if server.get(theirs)}
     try:
         settings = VllmSettings(**kwargs)
     except InputError as exc:
-        raise InputError(header, str(exc).split(": ", 1)[-1], field=f"server.{exc.field}", expected=exc.expected) from None
+        theirs = {ours: theirs for theirs, ours in names.items()}
+        raise InputError(header, exc.message, field=f"server.{theirs.get(exc.field, exc.field)}",
+                         expected=exc.expected) from None
+    _warn_unknown_names(settings.to_dict(), {"model": f"{header}, field 'server.model'"})
     tables = {"requests": tv.requests}
     inputs = [file_info(header), file_info(data)]
     if tv.itl is not None:

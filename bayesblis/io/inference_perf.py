@@ -6,7 +6,6 @@ A folder holds `exp-config.yaml`, `profile.yaml` (one-line JSON), `requests.json
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -16,6 +15,8 @@ import numpy as np
 import pandas as pd
 
 from bayesblis.errors import EmptyInputError, InputError
+from bayesblis.io.text import (load_json_checked, parse_json_text, parse_yaml_text, read_text_checked,
+                               type_name)
 from bayesblis.io.vllm_settings import VllmSettings
 
 REQUIRED_FILES = ("exp-config.yaml", "profile.yaml", "requests.json", "ground_truth.json")
@@ -46,37 +47,33 @@ def is_inference_perf_folder(path) -> bool:
     return path.is_dir() and all((path / f).is_file() for f in ("requests.json", "profile.yaml"))
 
 
-def _load_json(path: Path):
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"not valid JSON: {exc.msg}", record=f"line {exc.lineno}") from None
+def _load_json(path: Path, expected: str):
+    return load_json_checked(path, expected=expected)
 
 
 def read_profile(path) -> dict:
     """Parse `profile.yaml` (YAML, usually one line of JSON)."""
-    import yaml
-
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    expected = "an inference-perf profile (YAML or one line of JSON)"
+    text = read_text_checked(path, expected=expected)
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(path, f"neither YAML nor JSON: {exc.msg}") from None
+        data = parse_yaml_text(text, path, expected=expected)
+    except InputError:
+        data = parse_json_text(text, path, expected=expected)
     if not isinstance(data, dict):
-        raise InputError(path, "not a mapping", expected="an inference-perf profile")
+        raise InputError(path, f"not a mapping but {type_name(data)}", expected=expected)
     return data
 
 
 def _stages_from_profile(profile: dict, path: Path) -> pd.DataFrame:
-    stages = (profile.get("load") or {}).get("stages")
-    if not stages:
-        raise InputError(path, "no load stages", field="load.stages",
-                         expected="a list of {rate, duration}")
+    load = profile.get("load") or {}
+    if not isinstance(load, dict):
+        raise InputError(path, f"not a mapping but {type_name(load)}", field="load",
+                         expected="a mapping with 'stages'")
+    stages = load.get("stages")
+    if not stages or not isinstance(stages, list):
+        raise InputError(path, "no load stages" if not stages else f"{type_name(stages)}, not a list",
+                         field="load.stages", expected="a list of {rate, duration}")
     rows, start = [], 0.0
     for i, st in enumerate(stages):
         try:
@@ -84,9 +81,9 @@ def _stages_from_profile(profile: dict, path: Path) -> pd.DataFrame:
         except (KeyError, TypeError, ValueError):
             raise InputError(path, f"stage {i} lacks rate/duration", record=f"stage {i}",
                              field="load.stages", expected="numbers 'rate' and 'duration'") from None
-        if not (rate > 0 and dur > 0):
-            raise InputError(path, f"non-positive rate/duration {rate}/{dur}", record=f"stage {i}",
-                             field="load.stages", expected="positive numbers")
+        if not (0 < rate < math.inf and 0 < dur < math.inf):
+            raise InputError(path, f"invalid rate/duration {rate}/{dur}", record=f"stage {i}",
+                             field="load.stages", expected="finite positive numbers")
         rows.append((i, rate, dur, start, start + dur))
         start += dur
     return pd.DataFrame(rows, columns=STAGE_COLUMNS)
@@ -105,31 +102,24 @@ def read_inference_perf(folder) -> Experiment:
     stages = _stages_from_profile(profile, folder / "profile.yaml")
 
     req_path, gt_path = folder / "requests.json", folder / "ground_truth.json"
-    meta = _load_json(req_path)
+    meta = _load_json(req_path, "an object with a 'requests' array")
     if not isinstance(meta, dict) or "requests" not in meta:
         raise InputError(req_path, "no 'requests' list", field="requests",
                          expected="an object with a 'requests' array")
     raw = meta["requests"]
+    if not isinstance(raw, list):
+        raise InputError(req_path, f"{type_name(raw)}, not a list", field="requests",
+                         expected="a list of per-request objects")
     if not raw:
         raise EmptyInputError(req_path, "no requests", field="requests")
-    gt = _load_json(gt_path)
+    req = _checked_records(raw, req_path, REQUEST_FIELDS, "requests")
+    gt = _load_json(gt_path, "a list of per-request records")
     if not isinstance(gt, list):
-        raise InputError(gt_path, "not a JSON array", expected="a list of per-request records")
+        raise InputError(gt_path, f"{type_name(gt)}, not a list", expected="a list of per-request records")
     if len(gt) != len(raw):
         raise InputError(gt_path, f"{len(gt)} records but {req_path.name} has {len(raw)} requests",
                          field="index", expected=f"the same request count in {req_path} and {gt_path}")
-
-    req = pd.DataFrame(raw)
-    for col in ("index", "arrival_time_us", "input_tokens", "output_tokens"):
-        if col not in req.columns:
-            raise InputError(req_path, "column missing", field=f"requests[].{col}")
-    truth = pd.DataFrame(gt)
-    if "index" not in truth.columns:
-        raise InputError(gt_path, "column missing", field="index")
-    if "ttft_s" not in truth.columns:
-        truth["ttft_s"] = np.nan
-    if "e2e_s" not in truth.columns:
-        truth["e2e_s"] = np.nan
+    truth = _checked_records(gt, gt_path, TRUTH_FIELDS, "")
     if req["index"].duplicated().any():
         dup = int(req.loc[req["index"].duplicated(), "index"].iloc[0])
         raise InputError(req_path, "duplicate request index", record=f"index {dup}", field="index")
@@ -141,15 +131,9 @@ def read_inference_perf(folder) -> Experiment:
         raise InputError(gt_path, f"no ground truth for request index {idx} of {req_path.name}",
                          record=f"index {idx}", field="index",
                          expected=f"every index of {req_path} in {gt_path}")
-    for col in ("input_tokens", "output_tokens"):
-        bad = merged[col] < 0
-        if bad.any():
-            idx = int(merged.loc[bad, "index"].iloc[0])
-            raise InputError(req_path, f"negative token count {int(merged.loc[bad, col].iloc[0])}",
-                             record=f"index {idx}", field=col, expected="an integer >= 0")
-    has_error = merged["has_error"].fillna(False).astype(bool) | merged["gt_has_error"].fillna(False).astype(bool)
-    e2e = pd.to_numeric(merged["e2e_s"], errors="coerce").astype(float)
-    ttft = pd.to_numeric(merged["ttft_s"], errors="coerce").astype(float)
+    has_error = merged["has_error"].astype(bool) | merged["gt_has_error"].astype(bool)
+    e2e = merged["e2e_s"].astype(float)
+    ttft = merged["ttft_s"].astype(float)
     ok = ~has_error
     bad_time = ok & ((~np.isfinite(e2e)) | (~np.isfinite(ttft)) | (ttft < 0) | (e2e < ttft))
     if bad_time.any():
@@ -165,7 +149,7 @@ def read_inference_perf(folder) -> Experiment:
         "arrival_s": arrival_s,
         "prompt_tokens": merged["input_tokens"].astype("int64"),
         "output_tokens": merged["output_tokens"].astype("int64"),
-        "prefix_group": merged.get("prefix_group", pd.Series([""] * len(merged))).fillna("").astype(str),
+        "prefix_group": merged["prefix_group"],
         "has_error": has_error,
         "e2e_s": e2e.where(ok, np.nan),
         "ttft_s": ttft.where(ok, np.nan),
@@ -176,21 +160,86 @@ def read_inference_perf(folder) -> Experiment:
     for p in sorted(folder.glob("*_lifecycle_metrics.json")):
         m = re.fullmatch(r"stage_(\d+)_lifecycle_metrics\.json", p.name)
         key = int(m.group(1)) if m else p.name.removesuffix("_lifecycle_metrics.json")
-        lifecycle[key] = _load_json(p)
+        lifecycle[key] = _load_json(p, "inference-perf lifecycle metrics (JSON)")
 
     cfg = meta.get("config") or {}
-    settings = VllmSettings.from_exp_config(
-        folder / "exp-config.yaml",
-        **({"block_size": int(cfg["block_size"])} if cfg.get("block_size") else {}),
-        **({"kv_blocks_total_gpu": int(cfg["kv_blocks_total_gpu"])} if cfg.get("kv_blocks_total_gpu") else {}),
-    )
-    model_name = settings.model or meta.get("model_id") or (profile.get("server") or {}).get("model_name")
+    if not isinstance(cfg, dict):
+        raise InputError(req_path, f"{type_name(cfg)}, not a mapping", field="config",
+                         expected="a mapping of vLLM settings")
+    overrides = {k: cfg[k] for k in ("block_size", "kv_blocks_total_gpu") if cfg.get(k)}
+    try:
+        VllmSettings(**overrides)
+    except InputError as exc:
+        raise exc.at(req_path, field_prefix="config.") from None
+    settings = VllmSettings.from_exp_config(folder / "exp-config.yaml", **overrides)
+    server = profile.get("server") if isinstance(profile.get("server"), dict) else {}
+    model_name = settings.model or meta.get("model_id") or server.get("model_name")
     return Experiment(
         name=folder.name, folder=folder, settings=settings, profile=profile, stages=stages,
         requests=requests, lifecycle=lifecycle, model_name=model_name,
         kv_blocks_total_gpu=cfg.get("kv_blocks_total_gpu"), block_size=cfg.get("block_size"),
         meta={k: v for k, v in meta.items() if k != "requests"},
     )
+
+
+# field -> (kind, required, default); kinds: "count" (integer >= 0), "time_us" (finite
+# number >= 0), "seconds" (a number or null; 0 <= ttft_s <= e2e_s checked for requests
+# without error), "bool", "str"
+REQUEST_FIELDS = {"index": ("count", True, None), "arrival_time_us": ("time_us", True, None),
+                  "input_tokens": ("count", True, None), "output_tokens": ("count", True, None),
+                  "prefix_group": ("str", False, ""), "has_error": ("bool", False, False)}
+TRUTH_FIELDS = {"index": ("count", True, None), "has_error": ("bool", False, False),
+                "e2e_s": ("seconds", False, math.nan), "ttft_s": ("seconds", False, math.nan)}
+_EXPECTED = {"count": "an integer >= 0", "time_us": "a finite number of µs >= 0",
+             "seconds": "a number of seconds (or null for an error row)",
+             "bool": "true or false", "str": "a string"}
+
+
+def _checked_value(value, kind):
+    """`value` converted for `kind`, or None if it has the wrong type or range."""
+    if kind == "str":
+        return "" if value is None else value if isinstance(value, str) else None
+    if kind == "bool":
+        return value if isinstance(value, bool) else None
+    if kind == "seconds" and value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if kind == "seconds":
+        return float(value)  # range checked later, for requests without error only
+    if not (0 <= value < math.inf):
+        return None
+    if kind == "count":
+        return int(value) if float(value).is_integer() else None
+    return value
+
+
+def _checked_records(records: list, path: Path, fields: dict, list_name: str) -> pd.DataFrame:
+    """A table of `records` (dicts) with each field of `fields` type- and range-checked;
+    the first bad value raises InputError naming the record (index) and field."""
+    columns = {name: [] for name in fields}
+    prefix = f"{list_name}[]." if list_name else ""
+    for i, rec in enumerate(records):
+        where = f"{list_name}[{i}]"
+        if not isinstance(rec, dict):
+            raise InputError(path, f"{type_name(rec)}, not an object", record=where,
+                             field=list_name or None, expected="one object per request")
+        index = rec.get("index")
+        if isinstance(index, int) and not isinstance(index, bool):
+            where = f"index {index}"
+        for name, (kind, required, default) in fields.items():
+            if name not in rec:
+                if required:
+                    raise InputError(path, "field missing", record=where, field=prefix + name,
+                                     expected=_EXPECTED[kind])
+                columns[name].append(default)
+                continue
+            value = _checked_value(rec[name], kind)
+            if value is None:
+                raise InputError(path, f"invalid value {rec[name]!r}", record=where, field=prefix + name,
+                                 expected=_EXPECTED[kind])
+            columns[name].append(value)
+    return pd.DataFrame(columns)
 
 
 def stage_measurements(experiment: Experiment) -> pd.DataFrame:

@@ -124,6 +124,12 @@ def _int_or_none(v, path, lineno, fld):
     return int(v)
 
 
+def _str_or_none(v, path, lineno, fld):
+    if v is not None and not isinstance(v, str):
+        raise InputError(path, f"invalid value {v!r}", record=f"line {lineno}", field=fld, expected="a string or null")
+    return v
+
+
 def parse_event(ev, ts_s: float, lineno: int, path=None) -> tuple[list, list | None]:
     """One positional event -> (row in EVENT_COLUMNS order, normalized hashes or None)."""
     if not isinstance(ev, list) or not ev or not isinstance(ev[0], str):
@@ -137,11 +143,19 @@ def parse_event(ev, ts_s: float, lineno: int, path=None) -> tuple[list, list | N
     vals = dict(zip(layout, ev[1:]))  # trailing fields may be missing -> None
     hashes = None
     if "block_hashes" in vals and vals["block_hashes"] is not None:
+        if not isinstance(vals["block_hashes"], list):
+            raise InputError(path, f"invalid value {vals['block_hashes']!r}", record=f"line {lineno}",
+                             field=f"{etype}.block_hashes", expected="a list of int or base64 string hashes")
         try:
             hashes = [normalize_hash(h) for h in vals["block_hashes"]]
         except (ValueError, TypeError) as exc:
             raise InputError(path, str(exc), record=f"line {lineno}", field=f"{etype}.block_hashes",
                              expected="int or base64 string hashes") from None
+    for key in ("medium", "source_medium", "dest_medium", "request_id", "eviction_reason"):
+        _str_or_none(vals.get(key), path, lineno, f"{etype}.{key}")
+    if not isinstance(vals.get("success"), (bool, type(None))):
+        raise InputError(path, f"invalid value {vals['success']!r}", record=f"line {lineno}",
+                         field=f"{etype}.success", expected="true, false or null")
     medium = vals.get("medium")
     count = vals.get("block_count", vals.get("blocks_evicted"))
     if etype in ("BlockStored", "BlockRemoved") and hashes is not None:
@@ -174,9 +188,9 @@ def read_kv_events(path, *, allow_multiple_runs: bool = False, skip_malformed_ta
             raise InputError(path, "not a KV-event batch", record=f"line {lineno}",
                              expected="a JSON array [ts, events, dp_rank?, step?] per line (kv_events.jsonl)")
         ts = obj[0]
-        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not 0 <= ts < math.inf:
             raise InputError(path, f"bad timestamp {ts!r}", record=f"line {lineno}", field="ts",
-                             expected="finite epoch seconds")
+                             expected="finite epoch seconds >= 0")
         if ts < prev_ts:
             if not allow_multiple_runs:
                 raise InputError(path, f"ts jumps backwards ({ts} < {prev_ts}): the file holds several runs "

@@ -5,17 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from bayesblis.errors import InputError
+from bayesblis.io.text import load_yaml_checked, type_name
 
 
 def read_mapping(path, expected: str) -> dict:
-    """The mapping in `path`; InputError (naming the file and `expected`) otherwise."""
-    import yaml
-
+    """The mapping in `path`; InputError (naming the file and `expected`) otherwise
+    (undecodable, empty, invalid YAML or not a mapping)."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise InputError(path, f"not valid YAML: {exc}") from None
+    data = load_yaml_checked(path, expected=expected)
     if not isinstance(data, dict):
-        raise InputError(path, "not a mapping", expected=expected)
+        raise InputError(path, f"not a mapping but {type_name(data)}", expected=expected)
     return data

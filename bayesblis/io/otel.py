@@ -19,7 +19,8 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from bayesblis.errors import EmptyInputError, InputError
+from bayesblis.errors import EmptyInputError, InputError, InputWarning
+from bayesblis.io.text import decode_utf8, type_name
 
 SCOPE_API = "vllm.api"
 SCOPE_CORE = "vllm.scheduler"
@@ -100,26 +101,52 @@ def iter_json_lines(path, *, skip_malformed_tail: bool = True, kind: str = "JSON
     path = Path(path)
     pending: InputError | None = None
     seen_valid = False
-    with open(path, "rb") as fh:
+    offset_bytes = 0
+    with _open_binary(path, kind) as fh:
         for lineno, raw in enumerate(fh, start=1):
+            start, offset_bytes = offset_bytes, offset_bytes + len(raw)
             if not raw.strip():
                 continue
             if pending is not None:
                 raise pending
             try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-                err = InputError(path, f"malformed {kind} line: {msg}", record=f"line {lineno}",
-                                 expected=f"one {kind} value per line")
-                if not seen_valid or not skip_malformed_tail:
+                text = decode_utf8(raw, path, expected=f"one {kind} value per line", offset_bytes=start,
+                                   line=lineno)
+                obj = json.loads(text)
+            except (json.JSONDecodeError, InputError) as exc:
+                # undecodable bytes are binary content, unless the line is unterminated
+                # (a writer killed mid-character)
+                undecodable = isinstance(exc, InputError)
+                err = exc if undecodable else InputError(
+                    path, f"malformed {kind} line: {exc.msg}", record=f"line {lineno}, column {exc.colno}",
+                    expected=f"one {kind} value per line")
+                if not seen_valid or not skip_malformed_tail or (undecodable and raw.endswith(b"\n")):
                     raise err from None
                 pending = err
                 continue
             seen_valid = True
             yield lineno, obj
     if pending is not None:
-        warnings.warn(f"{pending} -- skipped as a truncated last line", stacklevel=2)
+        warnings.warn(f"{pending} -- skipped as a truncated last line", InputWarning, stacklevel=2)
+
+
+def _open_binary(path: Path, kind: str):
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise InputError(path, "file not found", expected=f"{kind} lines") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}", expected=f"{kind} lines") from None
+
+
+def _list_of_objects(value, path, record: str, field: str) -> list:
+    """`value` (None -> []) checked to be a list of JSON objects."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        what = f"{type_name(value)} instead of a list" if not isinstance(value, list) else "a non-object item"
+        raise InputError(path, what, record=record, field=field, expected="a list of objects")
+    return value
 
 
 def decode_value(value: dict):
@@ -180,6 +207,23 @@ def strip_engine_suffix(engine_id: str) -> str:
 class _Ctx:
     def __init__(self, path):
         self.path = path
+        self.step_lines: dict[int, int] = {}   # step id -> line of its BATCH_SUMMARY
+
+    def attrs(self, holder: dict, lineno, rid=None) -> dict:
+        """Decoded `attributes` of a span or event; a malformed entry raises InputError."""
+        rec = f"line {lineno}" + (f", request {rid}" if rid else "")
+        out = {}
+        for a in _list_of_objects(holder.get("attributes"), self.path, rec, "attributes"):
+            key = a.get("key")
+            if not isinstance(key, str):
+                raise InputError(self.path, f"attribute key {key!r}", record=rec, field="attributes[].key",
+                                 expected="a string key")
+            try:
+                out[key] = decode_value(a.get("value"))
+            except (ValueError, TypeError, AttributeError):
+                raise InputError(self.path, f"undecodable value {a.get('value')!r}", record=rec, field=key,
+                                 expected='an OTLP value such as {"intValue": "12"} or {"doubleValue": 1.5}') from None
+        return out
 
     def num(self, attrs, key, lineno, rid=None, *, required=True, integer=True, nonneg=True):
         v = attrs.get(key)
@@ -195,6 +239,8 @@ class _Ctx:
         if isinstance(v, float) and not math.isfinite(v):
             raise InputError(self.path, f"non-finite value {v}", record=rec, field=key,
                              expected="a finite number")
+        if integer and isinstance(v, float) and not v.is_integer():
+            raise InputError(self.path, f"not an integer: {v!r}", record=rec, field=key, expected="an int")
         if nonneg and v < 0:
             raise InputError(self.path, f"negative value {v}", record=rec, field=key,
                              expected="a value >= 0")
@@ -216,11 +262,13 @@ def read_otel(path, *, skip_malformed_tail: bool = True) -> OtelTrace:
             raise InputError(path, "not an OTLP/JSON export line", record=f"line {lineno}",
                              field="resourceSpans",
                              expected="a JSON object with 'resourceSpans' per line (vLLM traces.json)")
-        for rs in obj.get("resourceSpans") or ():
-            for ss in rs.get("scopeSpans") or ():
-                scope = (ss.get("scope") or {}).get("name")
-                for span in ss.get("spans") or ():
-                    name = span.get("name", "")
+        rec = f"line {lineno}"
+        for rs in _list_of_objects(obj["resourceSpans"], path, rec, "resourceSpans"):
+            for ss in _list_of_objects(rs.get("scopeSpans"), path, rec, "resourceSpans[].scopeSpans"):
+                scope = ss.get("scope") if isinstance(ss.get("scope"), dict) else {}
+                scope = scope.get("name")
+                for span in _list_of_objects(ss.get("spans"), path, rec, "scopeSpans[].spans"):
+                    name = span.get("name") if isinstance(span.get("name"), str) else ""
                     if scope == SCOPE_API and name == "llm_request":
                         _api_span(ctx, span, lineno, api)
                     elif scope == SCOPE_CORE and name == "llm_core":
@@ -231,7 +279,7 @@ def read_otel(path, *, skip_malformed_tail: bool = True) -> OtelTrace:
         raise EmptyInputError(path, "no trace lines", expected="OTLP/JSON export lines")
     if not core and not steps and not api:
         warnings.warn(f"{path}: no vLLM spans (scopes {SCOPE_API}, {SCOPE_CORE}, {SCOPE_STEP}) found "
-                      f"in {n_lines} line(s)", stacklevel=2)
+                      f"in {n_lines} line(s)", InputWarning, stacklevel=2)
 
     # Join API spans to core spans.
     api_by_id = {a["api_request_id"]: a for a in api.values() if a.get("api_request_id")}
@@ -263,6 +311,8 @@ def read_otel(path, *, skip_malformed_tail: bool = True) -> OtelTrace:
     step_df = pd.DataFrame([steps[k] for k in sorted(steps)], columns=STEP_COLUMNS)
     step_df = _typed(step_df, {c: "int64" for c in STEP_COLUMNS if c not in ("ts_start_s", "ts_end_s", "kv_usage_ratio")}
                      | {"ts_start_s": "float64", "ts_end_s": "float64", "kv_usage_ratio": "float64"}, {})
+    _check_step_order(ctx, step_df)
+    _warn_clock_mismatch(path, requests)
     snap_df = pd.DataFrame(snaps, columns=SNAPSHOT_COLUMNS)
     snap_df = _typed(snap_df, {c: "int64" for c in _SNAPSHOT_ATTRS} | {"step_id": "int64"},
                      {"effective_prompt_len": "Int64"})
@@ -273,6 +323,30 @@ def read_otel(path, *, skip_malformed_tail: bool = True) -> OtelTrace:
             "n_api_only": n_api_only, "n_steps": len(step_df), "n_snapshots": len(snap_df)}
     return OtelTrace(requests=requests, journey_events=journey, steps=step_df, snapshots=snap_df,
                      source=path, meta=meta)
+
+
+def _check_step_order(ctx, steps: pd.DataFrame) -> None:
+    """Step start times must not decrease with the step id (step-gap windows need it)."""
+    back = np.flatnonzero(np.diff(steps["ts_start_s"].to_numpy()) < 0)
+    if len(back):
+        i = int(back[0]) + 1
+        sid, prev = int(steps["step_id"].iloc[i]), int(steps["step_id"].iloc[i - 1])
+        raise InputError(ctx.path, f"step {sid} starts at {steps['ts_start_s'].iloc[i]:.6f} s, before step {prev} "
+                         f"({steps['ts_start_s'].iloc[i - 1]:.6f} s)", record=f"line {ctx.step_lines[sid]}, step {sid}",
+                         field="step.ts_start_ns", expected="step start times non-decreasing with step.id")
+
+
+def _warn_clock_mismatch(path, requests: pd.DataFrame) -> None:
+    """API times come from the API process, journey times from the engine core: on one host
+    they share the monotonic clock, so ARRIVED after QUEUED (or DEPARTED before FINISHED)
+    means they do not. The reconstruction drops those requests' alpha windows."""
+    early = int((requests["arrived_s"] > requests["queued_s"]).sum())
+    late = int((requests["departed_s"] < requests["finished_s"]).sum())
+    if early or late:
+        warnings.warn(f"{path}: {early} request(s) with api.ARRIVED after journey.QUEUED and {late} with "
+                      f"api.DEPARTED before journey.FINISHED of {len(requests)}: are the API server and the "
+                      f"engine on different hosts (clocks)? Their arrival/departure delays are not used",
+                      InputWarning, stacklevel=3)
 
 
 def _typed(df: pd.DataFrame, plain: dict, nullable: dict) -> pd.DataFrame:
@@ -288,11 +362,11 @@ def _typed(df: pd.DataFrame, plain: dict, nullable: dict) -> pd.DataFrame:
 
 
 def _api_span(ctx, span, lineno, api):
-    attrs = decode_attributes(span.get("attributes"))
+    attrs = ctx.attrs(span, lineno)
     rec = {"api_request_id": attrs.get("gen_ai.request.id"), "arrived_s": math.nan,
            "departed_s": math.nan, "aborted": False, "line": lineno}
-    for ev in span.get("events") or ():
-        ea = decode_attributes(ev.get("attributes"))
+    for ev in _list_of_objects(span.get("events"), ctx.path, f"line {lineno}", "events"):
+        ea = ctx.attrs(ev, lineno, rec["api_request_id"])
         name = ev.get("name", "")
         ts = ctx.num(ea, "event.ts.monotonic", lineno, rec["api_request_id"], required=False, integer=False)
         if name == "api.ARRIVED" and ts is not None:
@@ -301,23 +375,27 @@ def _api_span(ctx, span, lineno, api):
             rec["departed_s"] = ts
         elif name == "api.ABORTED":
             rec["aborted"] = True
+    if rec["departed_s"] < rec["arrived_s"]:
+        raise InputError(ctx.path, f"api.DEPARTED at {rec['departed_s']:.6f} s precedes api.ARRIVED at "
+                         f"{rec['arrived_s']:.6f} s", record=f"line {lineno}, request {rec['api_request_id']}",
+                         field="event.ts.monotonic", expected="ARRIVED <= DEPARTED")
     api[span.get("spanId") or f"line{lineno}:{rec['api_request_id']}"] = rec
 
 
 def _core_span(ctx, span, lineno, core):
-    attrs = decode_attributes(span.get("attributes"))
+    attrs = ctx.attrs(span, lineno)
     rid = attrs.get("gen_ai.request.id")
-    if not rid:
-        raise InputError(ctx.path, "llm_core span without request id", record=f"line {lineno}",
-                         field="gen_ai.request.id", expected="the engine request id")
+    if not rid or not isinstance(rid, str):
+        raise InputError(ctx.path, "llm_core span without request id" if not rid else f"request id {rid!r}",
+                         record=f"line {lineno}", field="gen_ai.request.id", expected="the engine request id (a string)")
     entry = core.setdefault(rid, {"parent": span.get("parentSpanId") or None, "events": []})
     if not entry["parent"] and span.get("parentSpanId"):
         entry["parent"] = span["parentSpanId"]
-    for ev in span.get("events") or ():
-        name = ev.get("name", "")
+    for ev in _list_of_objects(span.get("events"), ctx.path, f"line {lineno}, request {rid}", "events"):
+        name = ev.get("name") if isinstance(ev.get("name"), str) else ""
         if not name.startswith("journey."):
             continue
-        ea = decode_attributes(ev.get("attributes"))
+        ea = ctx.attrs(ev, lineno, rid)
         etype = ea.get("event.type") or name.removeprefix("journey.")
         if etype not in JOURNEY_TYPES:
             raise InputError(ctx.path, f"unknown journey event type {etype!r}",
@@ -338,11 +416,11 @@ def _core_span(ctx, span, lineno, core):
 
 
 def _step_span(ctx, span, lineno, steps, snaps):
-    for ev in span.get("events") or ():
+    for ev in _list_of_objects(span.get("events"), ctx.path, f"line {lineno}", "events"):
         name = ev.get("name", "")
         if name not in ("step.BATCH_SUMMARY", "step.REQUEST_SNAPSHOT"):
             continue
-        ea = decode_attributes(ev.get("attributes"))
+        ea = ctx.attrs(ev, lineno)
         sid = ctx.num(ea, "step.id", lineno)
         if name == "step.BATCH_SUMMARY":
             start_ns = ctx.num(ea, "step.ts_start_ns", lineno)
@@ -360,6 +438,7 @@ def _step_span(ctx, span, lineno, steps, snaps):
                    vals["num_finished"], vals["num_preempted"],
                    math.nan if ratio is None else ratio, vals["kv_blocks_total"], vals["kv_blocks_free"])
             steps.setdefault(sid, row)
+            ctx.step_lines.setdefault(sid, lineno)
         else:
             rid = ea.get("request.id")
             if not rid:

@@ -6,6 +6,8 @@ v2 files get defaults for the missing columns. Times become seconds (`*_s`).
 
 from __future__ import annotations
 
+import csv
+import io
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bayesblis.errors import EmptyInputError, InputError
+from bayesblis.errors import EmptyInputError, InputError, InputWarning
+from bayesblis.io.text import load_yaml_checked, read_text_checked, type_name
 
 HEADER_KEYS = {
     "trace_version", "time_unit", "created_at", "mode", "warm_up_requests", "workload_seed",
@@ -82,18 +85,10 @@ class TraceV2:
 
 def read_header(path) -> dict:
     """Parse and check the header YAML; unknown keys are kept with a warning."""
-    import yaml
-
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    if not text.strip():
-        raise EmptyInputError(path, "empty header", expected="a TraceV2 YAML mapping")
-    try:
-        header = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(path, f"not valid YAML: {exc}") from None
+    header = load_yaml_checked(path, expected="a TraceV2 header (YAML mapping)")
     if not isinstance(header, dict):
-        raise InputError(path, "not a YAML mapping", expected="a TraceV2 header")
+        raise InputError(path, f"not a YAML mapping but {type_name(header)}", expected="a TraceV2 header")
     for key in REQUIRED_HEADER:
         if key not in header:
             raise InputError(path, "required key missing", field=key, expected="a TraceV2/V3 header")
@@ -102,9 +97,15 @@ def read_header(path) -> dict:
                          expected="2 or 3")
     if header["mode"] not in MODES:
         raise InputError(path, f"unknown mode {header['mode']!r}", field="mode", expected=" / ".join(MODES))
+    if not isinstance(header.get("server") or {}, dict):
+        raise InputError(path, f"not a mapping but {type_name(header['server'])}", field="server",
+                         expected="server settings (model, tensor_parallel, ...)")
+    warm_up = header.get("warm_up_requests")
+    if warm_up is not None and (isinstance(warm_up, bool) or not isinstance(warm_up, int) or warm_up < 0):
+        raise InputError(path, f"invalid value {warm_up!r}", field="warm_up_requests", expected="an integer >= 0")
     unknown = sorted(set(header) - HEADER_KEYS)
     if unknown:
-        warnings.warn(f"{path}: unknown TraceV2 header key(s) {unknown} kept as-is", stacklevel=2)
+        warnings.warn(f"{path}: unknown TraceV2 header key(s) {unknown} kept as-is", InputWarning, stacklevel=2)
     return header
 
 
@@ -112,14 +113,7 @@ def read_trace_v2(header_yaml, data_csv, itl_csv=None) -> TraceV2:
     """Read a TraceV2/V3 trace. `itl_csv` defaults to `<data_csv>.itl.csv` if present."""
     header_path, data_path = Path(header_yaml), Path(data_csv)
     header = read_header(header_path)
-    if data_path.stat().st_size == 0:
-        raise EmptyInputError(data_path, "empty file", expected="a CSV with a header row")
-    try:
-        raw = pd.read_csv(data_path, dtype=str, keep_default_na=False, na_filter=False)
-    except pd.errors.ParserError as exc:
-        raise InputError(data_path, f"malformed CSV: {exc}") from None
-    except pd.errors.EmptyDataError:
-        raise EmptyInputError(data_path, "no header row", expected="a CSV with a header row") from None
+    raw = _read_csv(data_path, "a TraceV2 data CSV with a header row")
     missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
     if missing:
         raise InputError(data_path, f"column(s) {missing} missing (found {list(raw.columns)[:8]}...)",
@@ -145,12 +139,12 @@ def read_trace_v2(header_yaml, data_csv, itl_csv=None) -> TraceV2:
         elif col == "reason_ratio":
             out[col] = _numeric(s, data_path, col, float, "a number in [0, 1]")
         else:
-            out[col] = _numeric(s, data_path, col, int, "an integer >= 0" if col not in ("arrival_time_us",) else "an integer")
+            out[col] = _numeric(s, data_path, col, int, "an integer >= 0")
     for col in extra:
         out[col] = raw[col]
     if len(out) == 0:
         raise EmptyInputError(data_path, "no rows", expected="one row per request")
-    for col in INT_COLS + ["deadline_us", "num_chunks"]:
+    for col in INT_COLS + US_COLS:
         if col in out and (out[col] < 0).any():
             _raise_bad(out[col] < 0, out[col], data_path, col, "a value >= 0")
     # seconds
@@ -167,10 +161,15 @@ def read_trace_v2(header_yaml, data_csv, itl_csv=None) -> TraceV2:
     have = ok & (first > 0) & (last > 0)
     out["ttft_s"] = np.where(have, (first - start) / 1e6, np.nan)
     out["e2e_s"] = np.where(have, (last - start) / 1e6, np.nan)
-    bad = have & ((out["ttft_s"] < 0) | (out["e2e_s"] < out["ttft_s"]))
-    if bad.any():
-        _raise_bad(bad, out["request_id"], data_path, "first_chunk_time_us",
-                   "send_time_us <= first_chunk_time_us <= last_chunk_time_us")
+    for bad, col, message in ((have & (out["ttft_s"] < 0), "first_chunk_time_us", "first chunk before the start"),
+                              (have & (out["e2e_s"] < out["ttft_s"]), "last_chunk_time_us",
+                               "last chunk before the first")):
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise InputError(data_path, f"{message} (start {int(start.iloc[i])} us, first chunk {int(first.iloc[i])} us, "
+                             f"last chunk {int(last.iloc[i])} us)", record=f"line {i + 2}, request {out['request_id'].iloc[i]}",
+                             field=col, expected="start <= first_chunk_time_us <= last_chunk_time_us, start = "
+                             + ("send_time_us" if mode == "real" else "send_time_us, else arrival_time_us"))
     itl = None
     if itl_csv is None:
         cand = Path(str(data_path) + ".itl.csv")
@@ -184,10 +183,7 @@ def read_trace_v2(header_yaml, data_csv, itl_csv=None) -> TraceV2:
 def read_itl(path) -> pd.DataFrame:
     """ITL CSV -> (request_id, chunk_index, timestamp_us, timestamp_s); checks order."""
     path = Path(path)
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except pd.errors.EmptyDataError:
-        raise EmptyInputError(path, "empty file", expected="request_id,chunk_index,timestamp_us") from None
+    df = _read_csv(path, "an ITL CSV request_id,chunk_index,timestamp_us")
     for col in ("request_id", "chunk_index", "timestamp_us"):
         if col not in df.columns:
             raise InputError(path, "column missing", record="header row", field=col,
@@ -199,9 +195,26 @@ def read_itl(path) -> pd.DataFrame:
     d = srt.groupby("request_id")["timestamp_us"].diff()
     if (d < 0).any():
         i = d[d < 0].index[0]
-        raise InputError(path, "chunk timestamps go backwards", record=f"row {i + 2}, request {out.loc[i, 'request_id']}",
+        raise InputError(path, "chunk timestamps go backwards", record=f"line {i + 2}, request {out.loc[i, 'request_id']}",
                          field="timestamp_us", expected="non-decreasing timestamps per request")
     return out
+
+
+def _read_csv(path: Path, expected: str) -> pd.DataFrame:
+    """All cells of a CSV as strings; errors for undecodable bytes, an empty file, and rows
+    whose field count differs from the header's (a truncated last row, a stray comma)."""
+    text = read_text_checked(path, expected=expected)
+    rows = csv.reader(io.StringIO(text))
+    n_cols = len(next(rows))
+    for row in rows:
+        if row and len(row) != n_cols:
+            raise InputError(path, f"{len(row)} fields but the header has {n_cols}", record=f"line {rows.line_num}",
+                             expected="one value per header column (a truncated or hand-edited file?)")
+    try:
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_filter=False)
+    except pd.errors.ParserError as exc:
+        raise InputError(path, f"malformed CSV: {exc}", expected=expected) from None
+    return df
 
 
 def _numeric(s: pd.Series, path, col, kind, expected):
@@ -218,5 +231,7 @@ def _numeric(s: pd.Series, path, col, kind, expected):
 
 def _raise_bad(mask, values, path, col, expected):
     i = int(np.flatnonzero(np.asarray(mask))[0])
-    raise InputError(path, f"invalid value {values.iloc[i]!r}", record=f"line {i + 2}", field=col,
-                     expected=expected)
+    value = values.iloc[i]
+    value = value.item() if isinstance(value, np.generic) else value
+    message = f"negative value {value}" if isinstance(value, int) and value < 0 else f"invalid value {value!r}"
+    raise InputError(path, message, record=f"line {i + 2}", field=col, expected=expected)

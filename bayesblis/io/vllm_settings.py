@@ -15,6 +15,7 @@ Defaults are the vLLM V1 engine's (v0.8+, checked against v0.15):
 from __future__ import annotations
 
 import dataclasses
+import math
 import shlex
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -51,12 +52,20 @@ class VllmSettings:
             if value is not None:
                 _check_positive_int(self, name, value)
         g = self.gpu_memory_utilization
-        if not isinstance(g, (int, float)) or not 0 < float(g) <= 1:
+        if not _is_number(g) or not 0 < float(g) <= 1:
             raise InputError(None, f"invalid value {g!r}", field="gpu_memory_utilization",
                              expected="a number in (0, 1]")
-        if not isinstance(self.kv_offloading_size_gb, (int, float)) or self.kv_offloading_size_gb < 0:
+        if not _is_number(self.kv_offloading_size_gb) or not 0 <= self.kv_offloading_size_gb < math.inf:
             raise InputError(None, f"invalid value {self.kv_offloading_size_gb!r}",
                              field="kv_offloading_size_gb", expected="a number >= 0 (GiB)")
+        for name in ("model", "dtype"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise InputError(None, f"invalid value {value!r}", field=name, expected="a string")
+        for name in ("enable_prefix_caching", "enable_chunked_prefill"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(None, f"invalid value {getattr(self, name)!r}", field=name,
+                                 expected="true or false")
 
     # -- conversions -----------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -93,9 +102,7 @@ class VllmSettings:
         try:
             return cls(**kwargs)
         except InputError as exc:
-            raise InputError(path, str(exc).split(": ", 1)[-1], field=exc.field) from None
-        except TypeError as exc:
-            raise InputError(path, str(exc)) from None
+            raise exc.at(path) from None
 
     @classmethod
     def from_cli_args(cls, args) -> "VllmSettings":
@@ -104,7 +111,14 @@ class VllmSettings:
         Accepts `--a-b` and `--a_b`, `--flag=value`, `-tp N`, and `--no-<flag>` for
         booleans. Flags that do not affect latency are ignored.
         """
-        argv = shlex.split(args) if isinstance(args, str) else [str(a) for a in args]
+        if not isinstance(args, (str, list, tuple)):
+            raise InputError(None, f"invalid value {args!r}", field="vllm_args",
+                             expected="a `vllm serve MODEL --flag value ...` command (a string or a list)")
+        try:
+            argv = shlex.split(args) if isinstance(args, str) else [str(a) for a in args]
+        except ValueError as exc:  # e.g. an unclosed quote
+            raise InputError(None, f"cannot split the command: {exc}", field="vllm_args",
+                             expected="a shell-quoted `vllm serve ...` command") from None
         if argv[:2] == ["vllm", "serve"]:
             argv = argv[2:]
         elif argv[:1] == ["serve"]:
@@ -176,6 +190,10 @@ def _parse_bool(text: str) -> bool:
     if low in ("0", "false", "no", "off"):
         return False
     raise InputError(None, f"cannot parse {text!r} as a boolean", expected="true/false")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check_positive_int(obj, name, value):

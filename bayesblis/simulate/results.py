@@ -251,25 +251,18 @@ def load_coefficients(path) -> Draws:
     YAML (BLIS style): `alpha_coeffs` [3] and `beta_coeffs` [len(BETA_FEATURES)] lists in
     ALPHA_FEATURES / BETA_FEATURES order.
     """
-    import json
     from pathlib import Path
 
     from bayesblis.errors import InputError
     from bayesblis.features.alpha import ALPHA_FEATURES
     from bayesblis.features.beta import BETA_FEATURES
+    from bayesblis.io.text import parse_json_text, parse_yaml_text, read_text_checked
 
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, "file not found") from None
+    expected = "coefficients (data_specs/coefficients-input.md)"
+    text = read_text_checked(path, expected=expected)
     if path.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise InputError(path, f"not valid YAML: {exc}") from None
+        data = parse_yaml_text(text, path, expected=expected)
         if not isinstance(data, dict) or "alpha_coeffs" not in data or "beta_coeffs" not in data:
             raise InputError(path, "missing alpha_coeffs/beta_coeffs", field="alpha_coeffs",
                              expected="BLIS-style lists alpha_coeffs and beta_coeffs")
@@ -285,10 +278,7 @@ def load_coefficients(path) -> Draws:
         sigma = float(data.get("noise_sigma", 0.0))
         nu = float(data.get("noise_nu", 30.0))
     else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(path, f"not valid JSON: {exc.msg}", record=f"line {exc.lineno}") from None
+        data = parse_json_text(text, path, expected=expected)
         if not isinstance(data, dict):
             raise InputError(path, "not a JSON object", expected='{"alpha": {...}, "beta": {...}}')
         vecs = {}

@@ -132,15 +132,10 @@ class Scenario:
     @classmethod
     def from_yaml(cls, path) -> "Scenario":
         """Read a scenario YAML file (see data_specs/scenario.md)."""
-        import yaml
+        from bayesblis.io.text import load_yaml_checked
 
         path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError(path, "file not found") from None
-        except yaml.YAMLError as exc:
-            raise InputError(path, f"not valid YAML: {exc}") from None
+        data = load_yaml_checked(path, expected="a scenario YAML (data_specs/scenario.md)")
         return cls.from_dict(data, source=path)
 
     @classmethod
@@ -231,11 +226,10 @@ class Scenario:
         meta_cfg = {}
         meta = None
         if req_path.is_file():
-            try:
-                meta = json.loads(req_path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as exc:
-                raise InputError(req_path, f"not valid JSON: {exc.msg}") from None
-            meta_cfg = (meta or {}).get("config") or {}
+            from bayesblis.io.text import load_json_checked
+
+            meta = load_json_checked(req_path, expected="an inference-perf requests.json object")
+            meta_cfg = (meta if isinstance(meta, dict) else {}).get("config") or {}
         vllm = {
             "max_num_batched_tokens": int(exp.get("max_num_batched_tokens", 2048)),
             "max_num_seqs": int(exp.get("max_num_seqs", 256)),
@@ -285,7 +279,7 @@ def _max_position_embeddings(model: str) -> int | None:
         return None
     try:
         cfg = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # unreadable, undecodable or not JSON: load_model reports it
         return None
     cfg = cfg.get("text_config", cfg) if isinstance(cfg, dict) else {}
     v = cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None
