@@ -221,7 +221,9 @@ class LatencyModel:
                 mean = mean * factor[run]
             if minibatch_size is None:
                 mean = pm.Deterministic("mean_s", mean, dims=DIM_OBS)
-            steps_share = (n_steps > 0) / pt.maximum(n_steps, 1.0)  # data only
+            # 1/n for step windows, 0 for request-level rows (n = 0); a float mask: a bool
+            # numerator made pytensor's local_greedy_distributor rewrite fail (logged errors)
+            steps_share = pt.switch(n_steps > 0, 1.0 / pt.maximum(n_steps, 1.0), 0.0)
             if approx.any():
                 rel = pt.sqrt(sigma_step[cfg] ** 2 * steps_share + kind_sigma[kind] ** 2)
             else:  # exact kinds only: no per-kind error to gather and add
