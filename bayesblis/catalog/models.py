@@ -60,7 +60,9 @@ class ModelArch:
     Counts are per model (all layers, unsharded). `intermediate_size` is the MLP width
     of dense (non-MoE) layers; `moe_intermediate_size` the width of one routed expert;
     `shared_expert_intermediate_size` the summed width of the always-active shared
-    expert(s) of an MoE layer.
+    expert(s) of an MoE layer. `gated_mlp` False: a dense MLP of two matmuls (up, down;
+    e.g. Phi-2) instead of three (gate, up, down); every supported config.json family is
+    gated, the flag serves architectures built from shapes (`io.operator_profiles`).
     """
 
     name: str
@@ -74,6 +76,7 @@ class ModelArch:
     intermediate_size: int
     vocab_size: int
     tie_word_embeddings: bool = False
+    gated_mlp: bool = True
     n_moe_layers: int = 0
     moe_intermediate_size: int = 0
     n_experts: int = 0
@@ -170,8 +173,14 @@ class ModelArch:
 
     @property
     def dense_mlp_params_per_layer(self) -> int:
-        """Gated MLP (gate, up, down) of a dense layer."""
-        return 3 * self.hidden_size * self.intermediate_size
+        """MLP of a dense layer: gate, up, down (gated) or up, down."""
+        return (3 if self.gated_mlp else 2) * self.hidden_size * self.intermediate_size
+
+    @property
+    def dense_layer_matmul_params(self) -> int:
+        """Matmul weights of one dense layer: attention projections + MLP (the linear
+        layers a token passes through; no norms, biases, embedding or lm_head)."""
+        return self.attention_matmul_params_per_layer + self.dense_mlp_params_per_layer
 
     @property
     def expert_params(self) -> int:

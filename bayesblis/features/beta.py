@@ -107,10 +107,30 @@ class FeatureMap:
                 float(self.moe_coeff_s * beta[WEIGHT_TRAFFIC_INDEX]))
 
 
+ALLREDUCES_PER_LAYER = 2
+"""Tensor-parallel all-reduces per layer and step (after attention and after the MLP)."""
+
+
+def allreduce_rounds(tp: int) -> float:
+    """Exchange rounds of one all-reduce over `tp` GPUs (the count `tp_sync_s` prices per
+    all-reduce): log2(tp), whatever the bytes; 0 without TP."""
+    return float(np.log2(tp))
+
+
 def allreduce_rounds_per_layer(tp: int) -> float:
-    """All-reduce exchange rounds per layer and step (the count `tp_sync_s` prices): two
-    all-reduces per layer, log2(tp) rounds each, whatever the bytes; 0 without TP."""
-    return 2 * float(np.log2(tp))
+    """All-reduce exchange rounds per layer and step: ALLREDUCES_PER_LAYER x log2(tp)."""
+    return ALLREDUCES_PER_LAYER * allreduce_rounds(tp)
+
+
+def allreduce_link_s(message_bytes, tp: int, link_bytes_per_s: float):
+    """Seconds at `link_bytes_per_s` (per GPU and direction) of one ring all-reduce of
+    `message_bytes` over `tp` GPUs: each GPU sends 2 (tp - 1) / tp of the message."""
+    return np.asarray(message_bytes, dtype=float) * 2 * (tp - 1) / tp / link_bytes_per_s
+
+
+def _weight_time_s(deployment: Deployment, weight_bytes: float) -> float:
+    """Seconds to stream `weight_bytes` (whole model or layer) split over the TP group."""
+    return weight_bytes / (deployment.tp * deployment.hbm_bandwidth_bytes_per_s)
 
 
 def feature_weights(deployment: Deployment) -> FeatureMap:
@@ -140,16 +160,17 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
                                                       + m.lm_head_flops_per_token) / compute
     W[a["decode_context_tokens"], f["decode_compute_s"]] = m.decode_attention_flops_per_pair / compute
 
-    b[f["weight_traffic_s"]] = d.dense_weight_bytes / (n * bw)
-    moe_coeff = (m.n_moe_layers * d.expert_weight_bytes_per_layer / (n * bw)) if m.is_moe else 0.0
+    b[f["weight_traffic_s"]] = _weight_time_s(d, d.dense_weight_bytes)
+    moe_coeff = _weight_time_s(d, m.n_moe_layers * d.expert_weight_bytes_per_layer) if m.is_moe else 0.0
 
     kv = d.kv_bytes_per_token_per_gpu / bw
     for name in ("decode_context_tokens", "num_decode_reqs", "prefill_context_tokens", "prefill_tokens"):
         W[a[name], f["kv_traffic_s"]] = kv
         W[a[name], f["kv_token_layer_s"]] = m.n_layers * NS
 
-    if d.tp > 1:
-        per_token = 2 * m.n_layers * m.hidden_size * ACTIVATION_BYTES * 2 * (d.tp - 1) / d.tp / link
+    if d.tp > 1:  # per token: its activations (hidden x 2 B) in every all-reduce of the step
+        per_token = (ALLREDUCES_PER_LAYER * m.n_layers
+                     * float(allreduce_link_s(m.hidden_size * ACTIVATION_BYTES, d.tp, link)))
         W[a["prefill_tokens"], f["tp_comm_s"]] = per_token
         W[a["num_decode_reqs"], f["tp_comm_s"]] = per_token
         b[f["tp_sync_s"]] = m.n_layers * allreduce_rounds_per_layer(d.tp) * US
@@ -169,6 +190,57 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
     return FeatureMap(weights=W, bias=b, moe_coeff_s=moe_coeff,
                       n_experts=m.n_experts if m.is_moe else 0,
                       experts_per_tok=m.n_experts_per_tok if m.is_moe else 0)
+
+
+def linear_layer_features(deployment: Deployment, tokens, *, layer_constant: bool = True) -> np.ndarray:
+    """Features [n, len(BETA_FEATURES)] of `tokens` tokens (scalar or 1-D) passing through
+    the linear layers (attention projections and MLP matmuls) of ONE layer of a dense model
+    on one GPU of the TP group: the share of a step's features those kernels cover.
+
+    - ``prefill_compute_s`` = tokens x the step's linear FLOPs per prefill token (the
+      `FeatureMap` entry) / n_layers: 2 x one layer's matmul weights / (tp P) per token;
+    - ``weight_traffic_s`` = one layer's matmul weight bytes / (tp BW), as the step's
+      weight feature streams the whole model's;
+    - ``layer_overhead_s`` = 1 µs (the layer's share of the per-layer constant: its
+      coefficient is the fixed cost of the layer's kernels) unless `layer_constant` is False.
+
+    Other features are 0 (no attention, KV, lm_head, collectives or per-request work).
+    Operator profiles (`bayesblis.operator_evidence`) are observations of this form.
+    """
+    d, m = deployment, deployment.model
+    if m.is_moe:
+        raise ValueError(f"linear_layer_features: {m.name} is an MoE model (dense layers only)")
+    tokens = np.atleast_1d(np.asarray(tokens, dtype=float))
+    if tokens.ndim != 1 or not np.all(np.isfinite(tokens)) or np.any(tokens < 0):
+        raise ValueError("tokens must be a finite, non-negative scalar or 1-D array")
+    fm = feature_weights(d)
+    out = np.zeros((len(tokens), len(BETA_FEATURES)))
+    out[:, _F["prefill_compute_s"]] = tokens * fm.weights[_A["prefill_tokens"], _F["prefill_compute_s"]] / m.n_layers
+    out[:, _F["weight_traffic_s"]] = _weight_time_s(d, d.dense_layer_weight_bytes)
+    if layer_constant:
+        out[:, _F["layer_overhead_s"]] = fm.bias[_F["layer_overhead_s"]] / m.n_layers
+    return out
+
+
+def allreduce_features(gpu, tp: int, message_bytes) -> np.ndarray:
+    """Features [n, len(BETA_FEATURES)] of ONE all-reduce of `message_bytes` (scalar or
+    1-D) over `tp` GPUs of `gpu` (a catalog name or GpuSpec): the share of a step's
+    ``tp_comm_s`` and ``tp_sync_s`` that one of its ALLREDUCES_PER_LAYER x n_layers
+    all-reduces carries (a step of T tokens all-reduces T x hidden x 2 B each time):
+    ``tp_comm_s`` = `allreduce_link_s` over the GPU's interconnect, ``tp_sync_s`` =
+    log2(tp) rounds x 1 µs. Other features are 0."""
+    from bayesblis.catalog.gpus import load_gpu
+
+    spec = load_gpu(gpu)
+    if not isinstance(tp, (int, np.integer)) or tp < 2:
+        raise ValueError(f"an all-reduce needs tp >= 2 GPUs, got {tp!r}")
+    size = np.atleast_1d(np.asarray(message_bytes, dtype=float))
+    if size.ndim != 1 or not np.all(np.isfinite(size)) or np.any(size <= 0):
+        raise ValueError("message_bytes must be positive and finite (scalar or 1-D)")
+    out = np.zeros((len(size), len(BETA_FEATURES)))
+    out[:, _F["tp_comm_s"]] = allreduce_link_s(size, int(tp), spec.interconnect_bandwidth_bytes_per_s)
+    out[:, _F["tp_sync_s"]] = allreduce_rounds(int(tp)) * US
+    return out
 
 
 def _stack(values: Mapping[str, object]) -> np.ndarray:

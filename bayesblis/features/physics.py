@@ -135,6 +135,12 @@ class Deployment:
         return self.model.dense_weight_bytes / self.model.bytes_per_weight * self.weight_bytes_per_param
 
     @property
+    def dense_layer_weight_bytes(self) -> float:
+        """Bytes of the matmul weights of one dense layer (attention projections + MLP), whole
+        layer at the served width (a GPU of the TP group holds 1/tp of them)."""
+        return self.model.dense_layer_matmul_params * self.weight_bytes_per_param
+
+    @property
     def expert_weight_bytes_per_layer(self) -> float:
         """Bytes of one routed expert in one MoE layer, at the served width."""
         return self.model.expert_params * self.weight_bytes_per_param
