@@ -22,7 +22,8 @@ import click
               help="Worker processes of --scheduler local.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(paths, out, sample, hardware, scheduler, dask_workers, quiet):
-    """Read inference-perf folders, OTEL traces.json, kv_events.jsonl or TraceV2 pairs
+    """Read inference-perf folders, OTEL traces.json, kv_events.jsonl, TraceV2 pairs or
+    operator-profiles folders (compute/**/mlp.csv, network/*/all_reduce.csv)
     (kind auto-detected; a folder of experiments expands to its children) into a
     dataset folder, and print one summary row per source."""
     import pandas as pd

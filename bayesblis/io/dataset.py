@@ -30,7 +30,7 @@ from bayesblis.io.text import load_json_checked, type_name
 
 FORMAT = "bayesblis-dataset"
 FORMAT_VERSION = 1
-KINDS = ("inference_perf", "otel", "kv_events", "trace_v2")
+KINDS = ("inference_perf", "otel", "kv_events", "trace_v2", "operator_profiles")
 OK_FINISH = ("stopped", "length", "finished")
 SAMPLES_DIR = Path(__file__).resolve().parents[1] / "data" / "samples"
 
@@ -199,7 +199,8 @@ def _first_char(path: Path) -> str:
 
 
 def detect_kind(path) -> str | None:
-    """'inference_perf' | 'otel_run' | 'otel' | 'kv_events' | 'trace_v2' | 'parent' | None."""
+    """'inference_perf' | 'otel_run' | 'otel' | 'kv_events' | 'trace_v2' | 'operator_profiles'
+    | 'parent' | None."""
     from bayesblis.io.inference_perf import is_inference_perf_folder
 
     path = Path(path)
@@ -208,6 +209,10 @@ def detect_kind(path) -> str | None:
             return "inference_perf"
         if (path / "traces.json").is_file():
             return "otel_run"
+        from bayesblis.io.operator_profiles import is_operator_profiles_folder
+
+        if is_operator_profiles_folder(path):  # compute/**/mlp.csv, network/*/all_reduce.csv
+            return "operator_profiles"
         if any(detect_kind(c) for c in sorted(path.iterdir()) if c.is_dir()):
             return "parent"
         return None
@@ -426,6 +431,10 @@ def ingest_one(kind: str, path: Path) -> Source:
         return _source_kv(path)
     if kind == "trace_v2":
         return _source_trace_v2(path)
+    if kind == "operator_profiles":
+        from bayesblis.io.operator_profiles import source_operator_profiles
+
+        return source_operator_profiles(path)
     raise ValueError(f"unknown kind {kind!r}")
 
 
