@@ -8,6 +8,8 @@ configuration row (`model.data.config_row`) and its window observations:
   queue-to-first-token windows, alpha windows);
 - inference-perf sources: `bayesblis.client_windows.client_observations(source,
   deployment)` (skipped with a warning while that module is missing);
+- operator-profile sources: `bayesblis.operator_evidence.source_observations` (their own
+  configuration rows, kind ``operator_profile``; no deployment settings needed);
 - other kinds (KV events alone, TraceV2): no observations (a warning says so).
 
 Configuration rows are deduplicated (several traces of one configuration share its
@@ -103,6 +105,16 @@ def build_model_data(dataset, *, hardware: str | None = None, kinds=None,
     parts: list[pd.DataFrame] = []
     summary: dict = {}
     for src in dataset.sources:
+        if src.kind == "operator_profiles":  # measured kernels: configurations of their own
+            from bayesblis.operator_evidence import source_observations as profile_observations
+
+            rows, obs = profile_observations(src, kinds=kinds)
+            summary[src.name] = {"configs": len(rows), "kept": {"operator_profile": len(obs)}}
+            if len(obs):
+                for row in rows.to_dict("records"):
+                    configs.setdefault(row["config"], row)
+                parts.append(obs)
+            continue
         if src.kind in ("kv_events", "trace_v2"):
             warnings.warn(f"source '{src.name}' ({src.kind}): no window observations from this kind "
                           f"of source; skipped", stacklevel=2)

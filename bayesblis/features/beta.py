@@ -215,7 +215,8 @@ def linear_layer_features(deployment: Deployment, tokens, *, layer_constant: boo
         raise ValueError("tokens must be a finite, non-negative scalar or 1-D array")
     fm = feature_weights(d)
     out = np.zeros((len(tokens), len(BETA_FEATURES)))
-    out[:, _F["prefill_compute_s"]] = tokens * fm.weights[_A["prefill_tokens"], _F["prefill_compute_s"]] / m.n_layers
+    per_token = fm.weights[_A["prefill_tokens"], _F["prefill_compute_s"]]  # all layers
+    out[:, _F["prefill_compute_s"]] = tokens * per_token / m.n_layers
     out[:, _F["weight_traffic_s"]] = _weight_time_s(d, d.dense_layer_weight_bytes)
     if layer_constant:
         out[:, _F["layer_overhead_s"]] = fm.bias[_F["layer_overhead_s"]] / m.n_layers
