@@ -90,27 +90,41 @@ def _write_traces(sc, d, deployment, trace_dir, seed, max_duration_s):
 
 
 def format_summary(result: dict) -> str:
-    """Compact text table: one row per metric, summary then per stage (mean [lo, hi])."""
-    from bayesblis.simulate.results import METRICS
+    """Compact text table: one row per metric, summary then per stage: the median over draws
+    [interval] and the mean; then the share of draws that saturate each stage."""
+    from bayesblis.simulate.results import METRICS, SATURATION_LAG_GROWTH
 
     blocks = [("all", result["summary"])] + [(f"stage {s['stage']}", s) for s in result["stages"]]
     if len(blocks) == 2:
         blocks = blocks[:1]
-    head = f"{'metric':<26}" + "".join(f"{name:>30}" for name, _ in blocks)
-    lines = [head, "-" * len(head)]
+    width = 42
+    ci = int(round(result["metadata"].get("ci_prob", 0.9) * 100))
+    head = f"{'metric':<26}" + "".join(f"{name:>{width}}" for name, _ in blocks)
+    lines = [f"median over draws [{ci}% interval] and mean (a few saturated draws inflate the mean)",
+             head, "-" * len(head)]
     for m in METRICS:
         row = f"{m:<26}"
         for _, b in blocks:
             v = b.get(m) or {}
-            if v.get("mean") is None:
-                row += f"{'n/a':>30}"
+            if v.get("median") is None:
+                row += f"{'n/a':>{width}}"
             else:
-                row += f"{_fmt(v['mean'], m):>12} [{_fmt(v['lo'], m)}, {_fmt(v['hi'], m)}]".rjust(30)
+                row += (f"{_fmt(v['median'], m)} [{_fmt(v['lo'], m)}, {_fmt(v['hi'], m)}] "
+                        f"mean {_fmt(v['mean'], m)}").rjust(width)
         lines.append(row)
     c = result["counts"]
+    shares = [c.get("saturated_share_any_stage")] + [s.get("saturated_share")
+                                                     for s in result["stages"]]
+    row = f"{'saturated draws':<26}"
+    for share in shares[:len(blocks)]:
+        row += f"{'n/a' if share is None else f'{share:.0%}':>{width}}"
+    lines.append(row)
     lines.append(f"requests {c['n_requests']}  dropped {c['n_dropped']}  "
                  f"excluded (errors) {c['n_excluded_errors']}  preemptions (mean) "
                  f"{(c['n_preemptions'] or {}).get('mean') or 0:.0f}  draws {result['metadata']['draws']}")
+    lines.append(f"saturated: the queue keeps growing through the stage (completion lag grows "
+                 f"> {SATURATION_LAG_GROWTH:.0%} of the elapsed time; "
+                 "data_specs/simulation-result.md)")
     return "\n".join(lines)
 
 

@@ -2,7 +2,10 @@
 
 See data_specs/simulation-result.md for the file layout. Every metric is computed per
 draw (one engine run per draw), then summarised over draws as
-{"mean", "median", "lo", "hi", "ci_prob"} with an equal-tailed interval.
+{"mean", "median", "lo", "hi", "ci_prob"} with an equal-tailed interval. Per stage, the
+share of draws that *saturate* it (`stage_lag_growth` > `SATURATION_LAG_GROWTH`): near
+capacity a few saturating draws blow up the mean, so the median is the point prediction
+to read and the saturated share says how likely the cliff is.
 """
 
 from __future__ import annotations
@@ -22,6 +25,15 @@ from bayesblis.simulate.engine import (DROP_REASONS, STATUS_OK, EngineRun, deplo
 METRICS = ("ttft_mean_s", "ttft_p90_s", "ttft_p99_s", "itl_mean_s", "tpot_mean_s",
            "e2e_mean_s", "e2e_p90_s", "e2e_p99_s", "throughput_tokens_per_s")
 RESULT_VERSION = "1"
+
+SATURATION_LAG_GROWTH = 0.05
+"""A draw saturates a stage when its completion lag grows faster than this many seconds
+per second over the stage's second half (`stage_lag_growth`): the server completes
+requests about 5% slower than they arrive, and the queue keeps growing."""
+SATURATION_DEFINITION = (
+    "a draw saturates a stage when the lag of the k-th completion behind the k-th arrival "
+    "grows by more than 0.05 s per s over the stage's second half: (mean lag of the arrivals "
+    "in its last quarter - mean lag in its second quarter) / (half the stage duration) > 0.05")
 
 
 @dataclass
@@ -64,6 +76,53 @@ def summarize(values, ci_prob: float = CI_PROB) -> dict:
             "hi": float(hi), "ci_prob": float(ci_prob)}
 
 
+def stage_lag_growth(arrival_s, finish_s, start_s: float, end_s: float) -> float:
+    """How fast a run falls behind the arrivals of the stage [start_s, end_s), in seconds
+    of lag per second; NaN when the stage's second or last quarter has no arrival.
+
+    `arrival_s`, `finish_s`: every completed request of the run (all stages; client
+    arrival and finish). The k-th completion comes ``lag_k = finish_(k) - arrival_(k)``
+    after the k-th arrival (both sorted: the horizontal distance between the cumulative
+    arrival and completion curves, whatever the service order). The growth is (mean lag_k
+    of the arrivals in the stage's last quarter - mean in its second quarter) / (half the
+    stage duration): about 0 while the server keeps up (the lag is then about the typical
+    E2E), ``lambda / mu - 1`` when it completes mu < lambda requests per second. The first
+    quarter is skipped: the lag settles there after the previous stage. Judged on stages
+    much longer than a typical E2E (the noise grows with E2E / stage duration).
+    """
+    arrival = np.sort(np.asarray(arrival_s, float))
+    finish = np.sort(np.asarray(finish_s, float))
+    quarter_s = (end_s - start_s) / 4
+    second = (arrival >= start_s + quarter_s) & (arrival < start_s + 2 * quarter_s)
+    last = (arrival >= start_s + 3 * quarter_s) & (arrival < end_s)
+    if quarter_s <= 0 or not second.any() or not last.any():
+        return float("nan")
+    lag_s = finish - arrival
+    return float((lag_s[last].mean() - lag_s[second].mean()) / (2 * quarter_s))
+
+
+def saturated(lag_growth) -> np.ndarray:
+    """1.0 where a lag growth exceeds SATURATION_LAG_GROWTH, 0.0 below, NaN if unknown."""
+    g = np.asarray(lag_growth, float)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(g), (g > SATURATION_LAG_GROWTH).astype(float), np.nan)
+
+
+def saturated_share(flags) -> float | None:
+    """Share of draws that saturate among those judged (`saturated` flags); None if none."""
+    f = np.asarray(flags, float)
+    f = f[np.isfinite(f)]
+    return float(f.mean()) if f.size else None
+
+
+def _lag_growths(run: EngineRun, w) -> list[float]:
+    """`stage_lag_growth` of every stage of workload `w` in one run."""
+    ok = (run.status == STATUS_OK) & np.isfinite(run.e2e_s)
+    arrival_s = w.arrival_s[ok]
+    finish_s = arrival_s + run.e2e_s[ok]
+    return [stage_lag_growth(arrival_s, finish_s, a, b) for a, b in w.stage_bounds_s]
+
+
 def request_metrics(run: EngineRun, output_tokens, arrival_s, mask) -> dict:
     """The METRICS of the requests selected by `mask` (ok, not has_error) in one run."""
     sel = mask & (run.status == STATUS_OK) & np.isfinite(run.e2e_s)
@@ -90,8 +149,8 @@ def request_metrics(run: EngineRun, output_tokens, arrival_s, mask) -> dict:
 def _draw_records(w, cfg, constants, draws: Draws, draw_seeds, first: int = 0,
                   n_workers: int | None = None, progress=None) -> list[dict]:
     """One record per draw (in draw order): METRICS of all requests and of each stage,
-    preemptions, dropped requests, steps, busy fraction, and for global draw 0 the drop
-    reasons. `draw_seeds[d]` seeds draw `d` of `draws`; `first` is the global index of
+    each stage's lag growth (`stage_lag_growth`), preemptions, dropped requests, steps,
+    busy fraction, and for global draw 0 the drop reasons. `draw_seeds[d]` seeds draw `d` of `draws`; `first` is the global index of
     draws[0] (draws may be a chunk of a larger set)."""
     valid = ~w.has_error
     stage_masks = [valid & (w.stage == s) for s in range(w.n_stages)]
@@ -114,6 +173,7 @@ def _draw_records(w, cfg, constants, draws: Draws, draw_seeds, first: int = 0,
             rec = {"summary": request_metrics(run, w.output_tokens, w.arrival_s, valid),
                    "stages": [request_metrics(run, w.output_tokens, w.arrival_s, m)
                               for m in stage_masks],
+                   "lag_growth": _lag_growths(run, w),
                    "preempt": int(run.num_preemptions.sum()),
                    "dropped": int((run.status != STATUS_OK).sum()),
                    "steps": run.n_steps,
@@ -193,6 +253,8 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
     dropped = [r["dropped"] for r in records]
     steps = [r["steps"] for r in records]
     busy = [r["busy"] for r in records]
+    lag = np.array([r["lag_growth"] for r in records], float).reshape(len(records), n_stage)
+    sat = saturated(lag)
     reasons = records[0].get("reasons", {}) if records else {}
 
     def block(metrics):
@@ -206,6 +268,8 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
               "rate_rps": float(sel.sum() / (b - a)) if b > a else None,
               "n_requests": int(sel.sum()), "n_excluded_errors": int((sel & ~valid).sum())}
         st.update(block(per_draw["stages"][s]))
+        st["saturated_share"] = saturated_share(sat[:, s])
+        st["lag_growth"] = summarize(lag[:, s], ci_prob)
         stages.append(st)
     summary = block(per_draw["summary"])
     extra = {"per_draw_stages": per_draw["stages"]} if keep_draws else {}
@@ -218,7 +282,8 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
                    "n_dropped": int(max(dropped) if dropped else 0), "drop_reasons": reasons,
                    "n_preemptions": summarize(preempt, ci_prob),
                    "n_steps": summarize(steps, ci_prob),
-                   "busy_fraction": summarize(busy, ci_prob)},
+                   "busy_fraction": summarize(busy, ci_prob),
+                   "saturated_share_any_stage": saturated_share(_any_stage(sat))},
         "metadata": {"scenario": scenario.describe(), "engine": cfg.__dict__,
                      "deployment": _describe(deployment),
                      "coefficients_source": draws.source, "draws": int(draws.n_draws),
@@ -227,8 +292,16 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
                      "wall_s": round(wall, 3),
                      "itl_definition": "(mean E2E - mean TTFT) / (mean output tokens - 1) per "
                                        "stage: per generated token (inference-perf's own ITL is "
-                                       "per streamed chunk, about half)"},
+                                       "per streamed chunk, about half)",
+                     "saturation_definition": SATURATION_DEFINITION,
+                     "saturation_lag_growth": SATURATION_LAG_GROWTH},
     }
+
+
+def _any_stage(flags: np.ndarray) -> np.ndarray:
+    """Per draw [D, stages] -> [D]: 1 if any stage saturates, else 0 if any was judged, NaN."""
+    judged = np.isfinite(flags).any(axis=1)
+    return np.where(judged, (np.nan_to_num(flags) > 0).any(axis=1).astype(float), np.nan)
 
 
 def _draw_slice(draws: Draws, a: int, b: int) -> Draws:
@@ -314,7 +387,8 @@ def load_coefficients(path) -> Draws:
 def per_draw_metrics(workload, config, constants, draws: Draws, *, seed: int = 0,
                      n_workers: int | None = None, progress=None) -> dict:
     """Per-draw METRICS of one workload, as arrays (no summary): {metric: float [D]} plus
-    `n_dropped` (int [D]), `busy_fraction` [D] and `n_steps` (int [D]).
+    `n_dropped` (int [D]), `busy_fraction` [D], `n_steps` (int [D]) and `saturated` [D]
+    (1.0 when the draw saturates any stage, 0.0 if not, NaN if no stage could be judged).
 
     Same engine calls and per-draw noise seeds as `run_scenario` (draw d uses state d of
     `SeedSequence(seed)`), so a caller that builds `workload` and `config` itself (e.g. a
@@ -326,5 +400,7 @@ def per_draw_metrics(workload, config, constants, draws: Draws, *, seed: int = 0
     out = {m: np.array([r["summary"][m] for r in records], float) for m in METRICS}
     out.update(n_dropped=np.array([r["dropped"] for r in records], np.int64),
                busy_fraction=np.array([r["busy"] for r in records], float),
-               n_steps=np.array([r["steps"] for r in records], np.int64))
+               n_steps=np.array([r["steps"] for r in records], np.int64),
+               saturated=_any_stage(saturated(np.array([r["lag_growth"] for r in records],
+                                                       float).reshape(len(records), -1))))
     return out
