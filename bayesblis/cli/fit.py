@@ -34,9 +34,12 @@ from bayesblis.model.laplace import CHOICES as LAPLACE_CHOICES
               help="NUTS target acceptance; raise it (0.95) when a chain sticks with many "
                    "divergences (real client windows: see README, validation).")
 @click.option("--seed", default=1, show_default=True, type=int)
+@click.option("--quiet", is_flag=True,
+              help="No progress display (also off when stderr is not a terminal, and in CI).")
 def command(dataset, out_path, method, draws, tune, chains, hardware, max_obs_per_config,
-            priors_path, nuts_backend, laplace, target_accept, seed):
+            priors_path, nuts_backend, laplace, target_accept, seed, quiet):
     """Fit alpha/beta with partial pooling; print diagnostics; write POSTERIOR.nc."""
+    from bayesblis.console import show_progress
     from bayesblis.design import build_model_data
     from bayesblis.io.dataset import Dataset
     from bayesblis.model.fitting import fit_and_save, load_prior_overrides
@@ -49,4 +52,4 @@ def command(dataset, out_path, method, draws, tune, chains, hardware, max_obs_pe
                  sampler_config={"draws": draws, "tune": tune, "chains": chains, "seed": seed,
                                  "nuts_backend": nuts_backend, "target_accept": target_accept,
                                  "laplace": LAPLACE_CHOICES[laplace]},
-                 echo=click.echo)
+                 echo=click.echo, progressbar=show_progress(quiet))

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import warnings
+
 from bayesblis.model.data import ModelData
 
 
@@ -19,20 +23,39 @@ def describe_data(data: ModelData) -> str:
 
 def fit_and_save(data: ModelData, out_path, *, method="nuts", priors=None, sampler_config=None,
                  echo=print, progressbar=True):
-    """Build, fit, diagnose and save; return the fitted LatencyModel."""
-    from bayesblis.model.diagnostics import format_diagnostics
+    """Build, fit, diagnose and save; return the fitted LatencyModel.
+
+    The diagnostics are echoed as one block (PASS/FAIL and every failed threshold), so the
+    `DiagnosticsWarning` that says the same is not shown again, and PyMC's INFO line
+    listing the variables of the prior predictive is kept out of the output."""
+    from bayesblis.model.diagnostics import DiagnosticsWarning, format_diagnostics
     from bayesblis.model.hierarchy import LatencyModel
     from bayesblis.model.store import save_posterior
 
     echo(describe_data(data))
     model = LatencyModel(priors=priors, sampler_config=sampler_config)
     model.build_model(data)
-    model.sample_prior_predictive(samples=100)
+    with quiet_pymc_info():
+        model.sample_prior_predictive(samples=100)
     echo(f"fitting with {method} ...")
-    model.fit(method=method, progressbar=progressbar)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DiagnosticsWarning)
+        model.fit(method=method, progressbar=progressbar)
     echo(format_diagnostics(model.fit_info["diagnostics"]))
     echo(f"fit took {model.fit_info['wall_s']:.1f} s")
     if out_path is not None:
         save_posterior(model, out_path)
         echo(f"wrote {out_path}")
     return model
+
+
+@contextlib.contextmanager
+def quiet_pymc_info():
+    """PyMC logs its sampling plans at INFO ("Sampling: [...]"); keep WARNING and above."""
+    logger = logging.getLogger("pymc")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
