@@ -9,7 +9,7 @@ effects the features lack). So held-out predictions (`bayesblis.validate`: each 
 held-out runs, predicted by a fit that never saw them) are compared with what was measured,
 per normal-load stage::
 
-    d[stage, metric] = log(measured / predicted mean)
+    d[stage, metric] = log(measured / predicted median)
     sd_obs  = 1.4826 * median(|d|)            (MAD about zero: an offset counts too;
                                                 robust to stages at a queueing cliff)
     sd_post = median over stages of log(hi / lo) / (2 * 1.645)   (the predictive's own spread)
@@ -18,10 +18,17 @@ per normal-load stage::
 A fold's discrepancy comes from the *other* folds' held-out errors (cross-validation
 residuals, as in CV+ intervals): errors of runs a fit has seen understate a new run's
 (calibrated on them, 90% intervals covered 85% and 79% of the real stage means in the two
-recorded leave-one-experiment-out runs; calibrated across folds, 86% and 81%; README).
+recorded leave-one-experiment-out runs; calibrated across folds, 86% and 81%; README;
+both measured with d about the predictive mean, before the median below).
 A prediction's draws ``x`` are then widened to ``x * exp(sd * z)``, ``z ~ Normal(0, 1)``,
 ``WIDEN_SAMPLES`` per draw: intervals come from that mixture; the point prediction (mean,
 median of the draws) is left as the model gives it.
+
+The predicted point is the predictive **median** over draws, the point `bayesblis.validate`
+scores (`validate.POINT_PREDICTION`): the discrepancy is then the spread of exactly the
+errors reported, and it is multiplicative about the median, as the widening is (the median
+of ``x * exp(sd * z)`` is about the median of ``x``). The mean would fold the few draws that
+saturate a stage near capacity into the offset ``d``, and widen every run's interval for them.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ def robust_sd(log_ratios) -> float:
 def discrepancy_sd(records: list[dict], metrics, ci_prob: float = 0.9) -> dict:
     """{metric: {"sd", "sd_observed", "sd_posterior", "n_stages"}} from validation-style
     records of held-out predictions (normal-load stages only): ``measured_<m>``, ``pred_<m>`` (the
-    predictive mean) and ``pred_<m>_lo/hi`` (its `ci_prob` interval)."""
+    predictive median) and ``pred_<m>_lo/hi`` (its `ci_prob` interval)."""
     from scipy.stats import norm
 
     z = norm.ppf((1 + ci_prob) / 2)

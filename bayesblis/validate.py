@@ -15,6 +15,12 @@ Metrics: E2E mean, TTFT mean, per-token ITL mean ((mean E2E - mean TTFT) / (mean
 tokens - 1); never inference-perf's per-chunk ITL) and E2E p90. A stage is *overloaded*
 when its median TTFT exceeds QUEUEING_TTFT_RATIO median per-token decode times, or the
 experiment had client errors; overloaded stages are reported apart from the summary.
+
+The point prediction scored is the predictive **median** over posterior draws of each
+stage metric (`POINT_PREDICTION`): near capacity a few draws saturate and blow up the mean
+(their queue keeps growing), the median stays with the bulk of the draws. The error of the
+predictive mean is kept beside it (``abs_pct_error_of_mean_*``), with each stage's share of
+saturating draws (``saturated_share``, `bayesblis.simulate.results.stage_lag_growth`).
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ from bayesblis.model.data import ModelData
 METRICS = {"e2e_mean_s": "e2e_mean_s", "ttft_mean_s": "ttft_mean_s", "itl_mean_s": "itl_mean_s",
            "e2e_p90_s": "e2e_p90_s"}
 """Measured column (io.inference_perf.stage_measurements) -> simulated RESULT.json metric."""
+
+POINT_PREDICTION = "median"
+"""The interval-object field scored as the point prediction (errors, discrepancy)."""
 
 
 @dataclass
@@ -89,7 +98,8 @@ def predict_experiment(source, posterior, *, hardware, n_draws, seed, allow_unse
 
 def compare(source, result, *, fold: str, holdout: str, discrepancy: dict | None = None,
             seed: int = 0) -> list[dict]:
-    """One record per stage: measured vs predicted (mean, interval), error, coverage.
+    """One record per stage: measured vs predicted (median, mean, interval), errors of the
+    median (scored) and of the mean, coverage, and the share of saturating draws.
 
     With `discrepancy` ({metric: {"sd": ...}}, see bayesblis.discrepancy) and per-draw
     results, the interval is the posterior draws widened by the simulator discrepancy; the
@@ -107,6 +117,7 @@ def compare(source, result, *, fold: str, holdout: str, discrepancy: dict | None
         stage_pred = result["stages"][i] if i < len(result["stages"]) else None
         rec = {"experiment": source.name, "fold": fold, "holdout": holdout, "stage": int(row["stage"]),
                "rate_rps": float(row["rate_rps"]), "overloaded": bool(overloaded[i]),
+               "saturated_share": stage_pred.get("saturated_share") if stage_pred else None,
                "unseen_levels": result.get("unseen_levels", {})}
         itl_scale = _itl_count_scale(corrected, int(row["stage"]))
         for measured_col, metric in METRICS.items():
@@ -125,10 +136,13 @@ def compare(source, result, *, fold: str, holdout: str, discrepancy: dict | None
                 rec[f"model_pred_{metric}_lo"], rec[f"model_pred_{metric}_hi"] = lo, hi
                 rec[f"model_covered_{metric}"] = bool(lo <= value <= hi)
                 lo, hi = widened_interval(draws, discrepancy[metric]["sd"], CI_PROB, seed=seed + i)
-            rec[f"pred_{metric}"] = pred["mean"]
+            point = pred[POINT_PREDICTION]
+            rec[f"pred_{metric}"] = point
+            rec[f"pred_{metric}_mean"] = pred["mean"]
             rec[f"pred_{metric}_lo"] = lo
             rec[f"pred_{metric}_hi"] = hi
-            rec[f"abs_pct_error_{metric}"] = abs(pred["mean"] - value) / value * 100
+            rec[f"abs_pct_error_{metric}"] = abs(point - value) / value * 100
+            rec[f"abs_pct_error_of_mean_{metric}"] = abs(pred["mean"] - value) / value * 100
             rec[f"covered_{metric}"] = bool(lo <= value <= hi)
         records.append(rec)
     return records
@@ -147,17 +161,23 @@ def _itl_count_scale(corrected: pd.DataFrame, stage: int) -> float:
 
 
 def summarize(records: list[dict], holdout: str, ci_prob: float = CI_PROB) -> dict:
-    """Medians over normal-load stages, coverage, and the overloaded ones apart."""
+    """Medians over normal-load stages of the errors of the predictive median (and of the
+    predictive mean), coverage, and the overloaded ones apart."""
     table = pd.DataFrame(records)
     normal = table[~table["overloaded"]]
-    summary = {"holdout": holdout, "ci_prob": ci_prob, "n_normal_stages": int(len(normal)),
-               "n_overloaded_stages": int(table["overloaded"].sum())}
+    shares = pd.to_numeric(normal.get("saturated_share", pd.Series(dtype=float)), errors="coerce")
+    summary = {"holdout": holdout, "ci_prob": ci_prob, "point_prediction": POINT_PREDICTION,
+               "n_normal_stages": int(len(normal)),
+               "n_overloaded_stages": int(table["overloaded"].sum()),
+               "n_normal_stages_with_saturated_draws": int((shares > 0).sum())}
     for metric in METRICS.values():
         short = metric.replace("_s", "")
         col = f"abs_pct_error_{metric}"
         if col in normal:
             summary[f"median_abs_pct_error_{short}"] = float(normal[col].median())
             summary[f"mean_abs_pct_error_{short}"] = float(normal[col].mean())
+            summary[f"median_abs_pct_error_of_mean_{short}"] = float(
+                normal[f"abs_pct_error_of_mean_{metric}"].median())
         over = table[table["overloaded"]]
         if col in over and len(over):
             summary[f"overloaded_median_abs_pct_error_{short}"] = float(over[col].median())
@@ -269,6 +289,7 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
         info["discrepancy"] = calibrated.get(info["fold"])
     return {"holdout": holdout, "hardware": hardware, "n_draws": n_draws, "sampler": sampler,
             "max_obs_per_run": max_obs_per_run, "discrepancy": discrepancy,
+            "point_prediction": POINT_PREDICTION,
             "records": records, "folds": folds_info, "summary": summarize(records, holdout)}
 
 
@@ -296,17 +317,23 @@ def _fold_info(name, model, diag) -> dict:
 
 
 def _format_records(records) -> str:
+    """Per stage: measured vs predictive median [interval] (error), predictive mean (error),
+    and the share of draws that saturate the stage."""
     lines = []
     for r in records:
+        share = r.get("saturated_share")
         parts = [f"  {r['experiment'][16:]:<34} stage {r['stage']} ({r['rate_rps']:g} rps)"
-                 + (" OVERLOADED" if r["overloaded"] else "")]
+                 + (" OVERLOADED" if r["overloaded"] else "")
+                 + ("" if share is None else f", {share:.0%} of draws saturate")]
         for metric in METRICS.values():
             if f"pred_{metric}" not in r:
                 continue
-            parts.append(f"{metric[:-2]}: {r[f'measured_{metric}'] * 1e3:.1f} ms vs "
+            parts.append(f"{metric[:-2]}: {r[f'measured_{metric}'] * 1e3:.1f} ms vs median "
                          f"{r[f'pred_{metric}'] * 1e3:.1f} [{r[f'pred_{metric}_lo'] * 1e3:.1f}, "
                          f"{r[f'pred_{metric}_hi'] * 1e3:.1f}] ({r[f'abs_pct_error_{metric}']:.1f}%"
-                         + ("" if r[f"covered_{metric}"] else ", not covered") + ")")
+                         + ("" if r[f"covered_{metric}"] else ", not covered") + "), mean "
+                         f"{r[f'pred_{metric}_mean'] * 1e3:.1f} "
+                         f"({r[f'abs_pct_error_of_mean_{metric}']:.1f}%)")
         lines.append("\n    ".join(parts))
     return "\n".join(lines)
 
@@ -314,14 +341,21 @@ def _format_records(records) -> str:
 def format_table(report: dict) -> str:
     """The full per-experiment, per-stage table plus the summary."""
     s = report["summary"]
-    lines = [_format_records(report["records"]), "",
+    lines = [f"measured vs predictive median over posterior draws [{int(s['ci_prob'] * 100)}% "
+             "interval] (|error| of the median, the scored point prediction), then the "
+             "predictive mean (its |error|)",
+             _format_records(report["records"]), "",
              f"summary ({report['holdout']} holdout, {s['n_normal_stages']} normal-load stages, "
-             f"{s['n_overloaded_stages']} overloaded apart):"]
+             f"{s['n_overloaded_stages']} overloaded apart; point prediction: predictive "
+             f"median; {s.get('n_normal_stages_with_saturated_draws', 0)} normal-load stages "
+             "with saturating draws):"]
     for metric in METRICS.values():
         short = metric.replace("_s", "")
         if f"median_abs_pct_error_{short}" in s:
             lines.append(f"  median |error| {short:<10} {s[f'median_abs_pct_error_{short}']:6.1f}%"
-                         f"   (mean {s[f'mean_abs_pct_error_{short}']:.1f}%)"
+                         f"   (mean over stages {s[f'mean_abs_pct_error_{short}']:.1f}%;"
+                         f" of the predictive mean: median "
+                         f"{s[f'median_abs_pct_error_of_mean_{short}']:.1f}%)"
                          + (f"   overloaded median {s[f'overloaded_median_abs_pct_error_{short}']:.1f}%"
                             if f"overloaded_median_abs_pct_error_{short}" in s else ""))
     if s.get("coverage_90") is not None:

@@ -41,6 +41,7 @@ def test_validate_small_slice(tmp_path):
                             method="pymc", max_duration_s=60, target_accept=0.85,
                             echo=lambda *_: None)
     assert report["summary"]["holdout"] == "experiment"
+    assert report["point_prediction"] == report["summary"]["point_prediction"] == "median"
     assert report["sampler"]["target_accept"] == 0.85
     stage0 = [r for r in report["records"] if r["stage"] == 0]
     assert len(stage0) == 2
@@ -49,6 +50,9 @@ def test_validate_small_slice(tmp_path):
             assert rec[f"pred_{metric}_lo"] <= rec[f"pred_{metric}"] <= rec[f"pred_{metric}_hi"]
             # a fit on one other run of the same model lands within 50%
             assert rec[f"abs_pct_error_{metric}"] < 50
+            assert rec[f"abs_pct_error_of_mean_{metric}"] == pytest.approx(
+                abs(rec[f"pred_{metric}_mean"] / rec[f"measured_{metric}"] - 1) * 100)
+        assert 0 <= rec["saturated_share"] <= 1
     # intervals widened by the discrepancy calibrated on the other fold's held-out errors
     # (posterior-only intervals), never on the fold's own
     for fold in report["folds"]:

@@ -1,0 +1,67 @@
+"""validate scores the predictive median: a few saturated draws inflate the mean, not the
+scored error or the simulator discrepancy (the bundled inference-perf sample, no fit)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bayesblis.simulate.results import METRICS as RESULT_METRICS
+from bayesblis.simulate.results import summarize
+
+SAMPLE = Path(__file__).resolve().parents[2] / "bayesblis/data/samples/inference-perf-2stage"
+
+
+@pytest.fixture(scope="module")
+def source():
+    from bayesblis.io.dataset import ingest
+
+    return ingest([str(SAMPLE)]).sources[0]
+
+
+def cliff_result(source, n_draws=20, n_saturated=3):
+    """A RESULT-like document: per stage, every metric's draws at 0.95 x the measurement,
+    `n_saturated` of them at 30 x (draws whose queue kept growing)."""
+    measured = source.tables["stage_measurements"]
+    stages, per_draw = [], []
+    for _, row in measured.iterrows():
+        draws = {}
+        for m in RESULT_METRICS:
+            value = float(row[m]) if m in row else 1.0
+            draws[m] = np.r_[np.full(n_draws - n_saturated, 0.95 * value),
+                             np.full(n_saturated, 30.0 * value)]
+        stage = {m: summarize(v) for m, v in draws.items()}
+        stage["saturated_share"] = n_saturated / n_draws
+        stages.append(stage)
+        per_draw.append({m: list(v) for m, v in draws.items()})
+    return {"stages": stages, "per_draw_stages": per_draw}
+
+
+def test_errors_are_of_the_median_and_the_mean_error_is_kept(source):
+    from bayesblis.discrepancy import discrepancy_sd
+    from bayesblis.validate import METRICS, compare, format_table, summarize as summarize_report
+
+    records = compare(source, cliff_result(source), fold="f", holdout="experiment")
+    assert len(records) == 2
+    for rec in records:
+        assert rec["saturated_share"] == pytest.approx(0.15)
+        for m in ("e2e_mean_s", "ttft_mean_s", "e2e_p90_s"):
+            assert rec[f"pred_{m}"] == pytest.approx(0.95 * rec[f"measured_{m}"])
+            assert rec[f"abs_pct_error_{m}"] == pytest.approx(5.0)
+            mean = (17 * 0.95 + 3 * 30.0) / 20
+            assert rec[f"pred_{m}_mean"] == pytest.approx(mean * rec[f"measured_{m}"])
+            assert rec[f"abs_pct_error_of_mean_{m}"] == pytest.approx((mean - 1) * 100)
+    for rec in records:  # one client error per stage marks the sample's stages overloaded
+        rec["overloaded"] = False
+    # the discrepancy is the spread of the scored (median) errors: log(1 / 0.95)
+    sd = discrepancy_sd(records, ["e2e_mean_s"])["e2e_mean_s"]
+    assert sd["sd_observed"] == pytest.approx(1.4826 * np.log(1 / 0.95))
+    summary = summarize_report(records, "experiment")
+    assert summary["point_prediction"] == "median"
+    assert summary["median_abs_pct_error_e2e_mean"] == pytest.approx(5.0)
+    assert summary["median_abs_pct_error_of_mean_e2e_mean"] > 400
+    assert summary["n_normal_stages_with_saturated_draws"] == summary["n_normal_stages"]
+    table = format_table({"holdout": "experiment", "records": records, "summary": summary})
+    assert "predictive median" in table.splitlines()[0]
+    assert "15% of draws saturate" in table and "of the predictive mean" in table
+    assert set(METRICS.values()) <= set(RESULT_METRICS)
