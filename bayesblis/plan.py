@@ -19,6 +19,10 @@ probability-vs-rate curve (optionally with a few more rates at multiples of the 
 `SearchSettings.curve_factors`). Options (TP degree, GPU, vLLM settings) are evaluated
 independently, serially or on Dask (`bayesblis.distributed.map_tasks`), with identical
 results. File layout: data_specs/plan.md.
+
+Every evaluated rate also records the share of draws that *saturate* (their queue keeps
+growing through the traffic, `bayesblis.simulate.results.stage_lag_growth`): the cliff as a
+probability ("at 24 req/s, 35% of draws saturate") instead of a blown-up mean.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ import numpy as np
 from bayesblis import __version__
 from bayesblis.constants import CI_PROB
 from bayesblis.errors import BayesBlisError, UnseenLevelError
-from bayesblis.simulate.results import METRICS, Draws, per_draw_metrics, summarize
+from bayesblis.simulate.results import (METRICS, Draws, per_draw_metrics, saturated_share,
+                                        summarize)
 from bayesblis.simulate.scenario import VLLM_KEYS
 from bayesblis.simulate.workload import Workload, sample_tokens
 
@@ -465,12 +470,14 @@ def _evaluate(stream, duration_s, cfg, constants, draws, slos, seed, ci_prob, n_
         else:   # no request arrives: every metric is missing, every SLO fails
             per = {m: np.full(draws.n_draws, np.nan) for m in METRICS}
             per.update(n_dropped=np.zeros(draws.n_draws, np.int64),
-                       busy_fraction=np.zeros(draws.n_draws), n_steps=np.zeros(draws.n_draws, np.int64))
+                       busy_fraction=np.zeros(draws.n_draws), n_steps=np.zeros(draws.n_draws, np.int64),
+                       saturated=np.full(draws.n_draws, np.nan))
         passes = {s.name: s.passes(per[s.result_metric]) for s in slos}
         all_ok = np.logical_and.reduce(list(passes.values()))
         rec = {"rate_per_s": float(rate), "n_requests": int(len(w)),
                "p_all": float(all_ok.mean()),
                "p_slo": {k: float(v.mean()) for k, v in passes.items()},
+               "saturated_share": saturated_share(per["saturated"]),
                "metrics": {m: summarize(per[m], ci_prob) for m in METRICS},
                "dropped_fraction": (float(np.mean(per["n_dropped"]) / len(w)) if len(w) else 0.0),
                "busy_fraction": _clean(np.mean(per["busy_fraction"]))}
@@ -560,11 +567,13 @@ def plan_option(task: dict) -> dict:
         out["at_capacity"] = {
             "rate_per_s": float(capacity), "n_requests": rec["n_requests"],
             "p_all": rec["p_all"], "p_slo": dict(rec["p_slo"]),
+            "saturated_share": rec["saturated_share"],
             "tokens_per_s_per_gpu": tps,
             "prompt_tokens_per_s_per_gpu": capacity * in_tok / gpus,
             "mean_prompt_tokens": in_tok, "mean_output_tokens": out_tok,
             "metrics": rec["metrics"],
             "per_draw": {m: [_clean(v) for v in per[m]] for m in METRICS},
+            "saturated_per_draw": [None if np.isnan(v) else bool(v) for v in per["saturated"]],
             "slo_pass": {sl.name: [bool(v) for v in sl.passes(per[sl.result_metric])]
                          for sl in slos}}
     return out
@@ -655,28 +664,59 @@ def run_plan(scenario, posterior, slos: list[SLO], option_settings: list[dict] |
 
 
 def format_plan(plan: dict) -> str:
-    """The table the CLI prints: one row per option."""
+    """The table the CLI prints: one row per option, then each option's probability curve
+    (per evaluated rate: P(all SLOs), share of saturating draws, SLO metrics' median and mean)."""
     pct = f"{plan['prob']:g}"
     width = max([len("option")] + [len(o["label"]) for o in plan["options"]]) + 2
     head = (f"{'option':<{width}}{'GPUs':>5}{'capacity req/s':>16}{'tokens/s/GPU':>14}"
-            f"{'P at capacity':>15}{'evaluations':>13}  status")
+            f"{'P at capacity':>15}{'saturated':>11}{'evaluations':>13}  status")
     lines = [head, "-" * len(head)]
     for o in plan["options"]:
         cap, tps, p_cap = o["capacity_rate_per_s"], o["tokens_per_s_per_gpu"], o["prob_at_capacity"]
         cap_s = "-" if cap is None else f"{cap:.3g}"
         tps_s = "-" if tps is None else f"{tps:,.0f}"
         p_s = "-" if p_cap is None else f"{p_cap:.2f}"
+        sat = (o.get("at_capacity") or {}).get("saturated_share")
+        sat_s = "-" if sat is None else f"{sat:.0%}"
         n_eval = str(o["search"]["n_evaluations"])
         if o["search"].get("n_curve_evaluations"):
             n_eval += f"+{o['search']['n_curve_evaluations']}"
         lines.append(f"{o['label']:<{width}}{o['gpus']:>5}{cap_s:>16}{tps_s:>14}{p_s:>15}"
-                     f"{n_eval:>13}  {o['search']['status']}")
+                     f"{sat_s:>11}{n_eval:>13}  {o['search']['status']}")
     slos = ", ".join(f"{s['metric']} {s['op']} {s['threshold_s']:g} s" for s in plan["slos"])
     lines.append(f"SLOs {slos} must hold with posterior probability >= {pct} "
                  f"({plan['metadata']['draws']} draws, {plan['traffic']['duration_s']:g} s of "
                  f"{plan['traffic']['arrival']} traffic per rate)")
+    lines.append("saturated: share of draws whose queue keeps growing (data_specs/plan.md)")
     if any(o["search"].get("n_curve_evaluations") for o in plan["options"]):
         lines.append("evaluations: search + extra --curve rates")
     if plan["best_option"] is not None:
         lines.append(f"most tokens/s per GPU: {plan['best_option']}")
+    for o in plan["options"]:
+        lines += ["", *format_curve(o, plan["slos"])]
     return "\n".join(lines)
+
+
+def format_curve(option: dict, slos: list[dict]) -> list[str]:
+    """One option's evaluated rates: P(all SLOs), P(saturated) and each SLO metric's median
+    over draws (mean in brackets: a few saturated draws inflate it)."""
+    metrics = [s["result_metric"] for s in slos]
+    col = 24
+    head = (f"  {'rate req/s':>10}{'P(all SLOs)':>13}{'P(saturated)':>14}"
+            + "".join(f"{m + ' median (mean)':>{col}}" for m in metrics))
+    lines = [f"{option['label']}: probability curve", head]
+    for e in option.get("evaluations") or []:
+        sat = e.get("saturated_share")
+        row = (f"  {e['rate_per_s']:>10.3g}{e['p_all']:>13.2f}"
+               f"{'-' if sat is None else f'{sat:.2f}':>14}")
+        for m in metrics:
+            v = (e.get("metrics") or {}).get(m) or {}
+            cell = "-" if v.get("median") is None else \
+                f"{_seconds_text(v['median'])} ({_seconds_text(v['mean'])})"
+            row += f"{cell:>{col}}"
+        lines.append(row)
+    return lines
+
+
+def _seconds_text(v: float) -> str:
+    return f"{v * 1e3:.1f}ms" if abs(v) < 1 else f"{v:.2f}s"

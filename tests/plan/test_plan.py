@@ -215,6 +215,26 @@ def test_probability_curve_is_monotone_and_capacity_is_the_crossing(sweep):
     assert above["metrics"]["ttft_p90_s"]["median"] > at_cap["metrics"]["ttft_p90_s"]["median"]
 
 
+def test_saturated_share_is_the_cliff_as_a_probability(sweep):
+    """Per rate, the share of draws whose queue keeps growing: none far below capacity,
+    all far above it; recorded at every evaluated rate and at capacity, and printed."""
+    from bayesblis.plan import format_plan
+
+    sc, posterior, slos, search, plan, _ = sweep
+    opt = plan["options"][0]
+    assert all(0 <= e["saturated_share"] <= 1 for e in opt["evaluations"])
+    at = opt["at_capacity"]
+    assert len(at["saturated_per_draw"]) == DRAWS
+    assert at["saturated_share"] == pytest.approx(np.mean(at["saturated_per_draw"]))
+    task = option_tasks(sc, posterior, [{}], slos, search, n_draws=DRAWS)[0]
+    cap = opt["capacity_rate_per_s"]
+    low, high = probability_curve(task, [cap / 4, cap * 8])
+    assert low["saturated_share"] == 0.0 and high["saturated_share"] == 1.0
+    text = format_plan(plan)
+    assert "P(saturated)" in text and "ttft_p90_s median (mean)" in text
+    assert text.count("probability curve") == len(plan["options"])
+
+
 def test_dask_local_cluster_gives_the_serial_results(sweep):
     pytest.importorskip("dask.distributed")
     sc, posterior, slos, search, plan, _ = sweep
@@ -276,7 +296,7 @@ def test_cli_writes_a_plan_valid_against_the_schema(tiny_posterior, tmp_path):
         "--out", str(out)])
     assert res.exit_code == 0, res.output + repr(res.exception)
     for text in ("option", "GPUs", "capacity req/s", "tokens/s/GPU", "P at capacity",
-                 "evaluations", "max_num_batched_tokens=512,max_num_seqs=64", f"wrote {out}"):
+                 "saturated", "P(saturated)", "evaluations", "max_num_batched_tokens=512,max_num_seqs=64", f"wrote {out}"):
         assert text in res.output
     plan = json.loads(out.read_text())
     assert [o["settings"] for o in plan["options"]] == [
