@@ -248,7 +248,8 @@ def fig_shrinkage(posterior, prob: float = CI_PROB, max_cols: int = 4) -> Figure
 # ---------------------------------------------------------------------- plan
 def fig_plan(plan: dict) -> Figure:
     """Per option: probability that all SLOs hold vs arrival rate (solid), each SLO apart
-    (dotted), the required probability (grey) and the capacity (vertical line)."""
+    (dotted), the share of draws that saturate (black dash-dot, when the plan has it), the
+    required probability (grey) and the capacity (vertical line)."""
     options = plan.get("options") or []
     n = max(1, len(options))
     n_cols = min(3, n)
@@ -264,6 +265,10 @@ def fig_plan(plan: dict) -> Figure:
         for i, name in enumerate(names):
             ax.plot(rates, [(e.get("p_slo") or {}).get(name, np.nan) for e in evals], ":",
                     color=f"C{i + 1}", lw=1.2, label=name)
+        sat = [e.get("saturated_share") for e in evals]
+        if any(v is not None for v in sat):
+            ax.plot(rates, [np.nan if v is None else v for v in sat], "s-.", color="k", ms=3,
+                    lw=1.1, label="P(saturated)")
         if prob is not None:
             ax.axhline(prob, color="0.5", lw=0.8)
         cap = opt.get("capacity_rate_per_s")
@@ -274,8 +279,8 @@ def fig_plan(plan: dict) -> Figure:
         ax.set_ylim(-0.03, 1.03)
         ax.set_title(f"{opt.get('label', '?')} ({opt.get('gpus', '?')} GPUs)", fontsize=8)
         ax.set_xlabel("arrival rate [req/s]", fontsize=8)
-        ax.set_ylabel("P(SLO holds)", fontsize=8)
-        ax.legend(fontsize=6, loc="lower left")
+        ax.set_ylabel("probability", fontsize=8)
+        ax.legend(fontsize=6, loc="center left")
     for ax in axes[len(options):]:
         ax.set_visible(False)
     fig.tight_layout()

@@ -95,7 +95,8 @@ def _section(sid: str, body: str) -> str:
 # ---------------------------------------------------------------------- plan
 def read_plan(path) -> dict:
     """A PLAN.json (data_specs/plan.md), read tolerantly: `options` is required; each
-    option's `evaluations` (rate_per_s, p_all, p_slo) and capacity are optional."""
+    option's `evaluations` (rate_per_s, p_all, p_slo, saturated_share, metrics) and capacity
+    are optional."""
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "plan file not found")
@@ -136,15 +137,47 @@ def plan_section(plan: dict) -> str:
         rows.append([_e(opt.get("label", "?")), _fmt(opt.get("gpus")),
                      _fmt(opt.get("capacity_rate_per_s")), _fmt(opt.get("capacity_per_gpu_rate_per_s")),
                      _fmt(opt.get("tokens_per_s_per_gpu")), _fmt(opt.get("prob_at_capacity")),
+                     _fmt((opt.get("at_capacity") or {}).get("saturated_share")),
                      _fmt(len(opt.get("evaluations") or [])), _e(search.get("status", "-"))])
     parts.append(_table(["option", "GPUs", "capacity [req/s]", "per GPU [req/s]",
-                         "tokens/s per GPU", "P at capacity", "rates evaluated", "status"], rows))
+                         "tokens/s per GPU", "P at capacity", "P saturated at capacity",
+                         "rates evaluated", "status"], rows))
     if plan.get("best_option"):
         parts.append(f"<p>Most tokens/s per GPU: <b>{_e(plan['best_option'])}</b>.</p>")
     if any(opt.get("evaluations") for opt in plan["options"]):
         parts.append(_figure(fig_plan(plan), "Probability that the SLOs hold vs arrival rate, "
-                             "per option (solid: all SLOs; dotted: each SLO; dashed: capacity).",
-                             "plan"))
+                             "per option (solid: all SLOs; dotted: each SLO; black dash-dot: "
+                             "P(saturated), the share of draws whose queue keeps growing; "
+                             "dashed: capacity).", "plan"))
+        parts.append(_curve_tables(plan))
+    return "".join(parts)
+
+
+def _curve_tables(plan: dict) -> str:
+    """Per option, one row per evaluated rate: P(all SLOs), P(saturated) and each SLO metric's
+    median over draws [interval] and mean."""
+    metrics = [s.get("result_metric") or f"{s.get('metric')}_s" for s in plan.get("slos") or []]
+    parts = ['<p class="meta">Per evaluated rate: SLO metrics as the median over posterior draws '
+             "[interval] and the mean. Near capacity a few saturating draws (queue still growing "
+             "at the end of the traffic) inflate the mean; P(saturated) says how many.</p>"]
+    for opt in plan["options"]:
+        evals = sorted(opt.get("evaluations") or [], key=lambda e: e.get("rate_per_s", 0))
+        if not evals:
+            continue
+        rows = []
+        for e in evals:
+            cells = [_fmt(e.get("rate_per_s")), _fmt(e.get("n_requests")), _fmt(e.get("p_all"), 3),
+                     _fmt(e.get("saturated_share"), 3)]
+            for m in metrics:
+                v = (e.get("metrics") or {}).get(m) or {}
+                cells += [f"{_fmt(v.get('median'), 3)}<br><small>[{_fmt(v.get('lo'), 3)}, "
+                          f"{_fmt(v.get('hi'), 3)}]</small>", _fmt(v.get("mean"), 3)]
+            rows.append(cells)
+        header = ["rate [req/s]", "requests", "P(all SLOs)", "P(saturated)"]
+        for m in metrics:
+            header += [f"{_e(m)} median [s]", f"{_e(m)} mean [s]"]
+        parts.append(f"<h3>{_e(opt.get('label', '?'))}: probability curve</h3>")
+        parts.append(_table(header, rows, left=0))
     return "".join(parts)
 
 

@@ -58,10 +58,16 @@ def plan_document(configs) -> dict:
         for rate in (0.5 * cap, 0.8 * cap, cap, 1.25 * cap, 2 * cap):
             p_ttft = max(0.0, min(1.0, 1.6 - 0.6 * rate / cap))
             p_itl = max(0.0, min(1.0, 2.0 - rate / cap))
+            sat = max(0.0, min(1.0, rate / cap - 1.0))
+            ttft = {"mean": 0.1 + 30 * sat, "median": 0.1 + sat, "lo": 0.05, "hi": 0.2 + 60 * sat,
+                    "ci_prob": 0.9}
+            itl = {"mean": 0.02, "median": 0.02, "lo": 0.015, "hi": 0.03, "ci_prob": 0.9}
             rows.append({"rate_per_s": rate, "n_requests": int(rate * 60),
                          "p_all": min(p_ttft, p_itl),
                          "p_slo": {"ttft_p90<=0.5": p_ttft, "itl_mean<=0.05": p_itl},
-                         "metrics": {}, "dropped_fraction": 0.0, "busy_fraction": 0.5})
+                         "saturated_share": sat,
+                         "metrics": {"ttft_p90_s": ttft, "itl_mean_s": itl},
+                         "dropped_fraction": 0.0, "busy_fraction": 0.5})
         return rows
 
     options = []
@@ -70,10 +76,12 @@ def plan_document(configs) -> dict:
                         "gpus": tp, "capacity_rate_per_s": cap,
                         "capacity_per_gpu_rate_per_s": cap / tp, "tokens_per_s_per_gpu": 100 * cap / tp,
                         "prob_at_capacity": 0.9, "search": {"status": "converged", "n_evaluations": 5},
-                        "evaluations": evals(cap)})
+                        "evaluations": evals(cap), "at_capacity": {"saturated_share": 0.0}})
     return {"plan_version": "1", "slos": [
-        {"name": "ttft_p90<=0.5", "metric": "ttft_p90", "op": "<=", "threshold_s": 0.5},
-        {"name": "itl_mean<=0.05", "metric": "itl_mean", "op": "<=", "threshold_s": 0.05}],
+        {"name": "ttft_p90<=0.5", "metric": "ttft_p90", "result_metric": "ttft_p90_s", "op": "<=",
+         "threshold_s": 0.5},
+        {"name": "itl_mean<=0.05", "metric": "itl_mean", "result_metric": "itl_mean_s", "op": "<=",
+         "threshold_s": 0.05}],
         "prob": 0.9, "options": options, "best_option": "tp=1",
         "metadata": {"draws": 20}}
 

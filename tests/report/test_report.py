@@ -74,6 +74,28 @@ def test_diagnostics_section_shows_thresholds_and_verdict(posterior):
     assert "no MCMC diagnostics" in diagnostics_section(posterior)  # the ADVI fit itself
 
 
+def test_plan_section_shows_the_cliff_as_a_probability(plan_path):
+    """P(saturated) at capacity and per rate, beside SLO metrics as median [interval] and mean
+    (the mean runs away at 2 x capacity, where every draw saturates; the median does not)."""
+    from bayesblis.report.html import plan_section
+
+    plan = read_plan(plan_path)
+    text = plan_section(plan)
+    assert "<th>P saturated at capacity</th>" in text and "P(saturated)" in text
+    assert text.count("probability curve</h3>") == 2
+    assert "<th>ttft_p90_s median [s]</th><th>ttft_p90_s mean [s]</th>" in text
+    # the tp=1 curve's last row: 8 req/s, 2 x capacity: share 1, median 1.1 s, mean 30.1 s
+    row = re.findall(r"<tr><td>8</td><td>480</td>(.*?)</tr>", text)[0]
+    assert "<td>1</td><td>1.1<br><small>[0.05, 60.2]</small></td><td>30.1</td>" in row
+    old = copy.deepcopy(plan)  # plans written before saturation was recorded still render
+    for opt in old["options"]:
+        opt.pop("at_capacity")
+        for e in opt["evaluations"]:
+            e.pop("saturated_share")
+            e.pop("metrics")
+    assert "probability curve" in plan_section(old)
+
+
 def test_plan_reader_names_the_problem(tmp_path):
     bad = tmp_path / "plan.json"
     bad.write_text(json.dumps({"options": [{"evaluations": [{"rate_per_s": 1.0}]}]}))
