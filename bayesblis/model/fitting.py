@@ -28,6 +28,7 @@ def fit_and_save(data: ModelData, out_path, *, method="nuts", priors=None, sampl
     The diagnostics are echoed as one block (PASS/FAIL and every failed threshold), so the
     `DiagnosticsWarning` that says the same is not shown again, and PyMC's INFO line
     listing the variables of the prior predictive is kept out of the output."""
+    from bayesblis.model.bounds import format_bound_report
     from bayesblis.model.diagnostics import DiagnosticsWarning, format_diagnostics
     from bayesblis.model.hierarchy import LatencyModel
     from bayesblis.model.store import save_posterior
@@ -42,6 +43,7 @@ def fit_and_save(data: ModelData, out_path, *, method="nuts", priors=None, sampl
         warnings.simplefilter("ignore", DiagnosticsWarning)
         model.fit(method=method, progressbar=progressbar)
     echo(format_diagnostics(model.fit_info["diagnostics"]))
+    echo(format_bound_report(model.fit_info["physical_bounds"]))
     echo(f"fit took {model.fit_info['wall_s']:.1f} s")
     if out_path is not None:
         save_posterior(model, out_path)

@@ -353,6 +353,9 @@ class LatencyModel:
                          "obs_per_kind": self.data.obs["kind"].value_counts().to_dict(),
                          "sampler_config": {k: v for k, v in cfg.items()},
                          "diagnostics": diagnose(idata, method)}
+        from bayesblis.model.bounds import physical_bound_report
+
+        self.fit_info["physical_bounds"] = physical_bound_report(idata.posterior, self.data.obs)
         if method in ("nuts", "nutpie"):
             self.fit_info["laplace"] = self._laplace_info
         if method == "advi":  # the last 100 losses (set by _fit_advi; kept past the reset)

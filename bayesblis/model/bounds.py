@@ -1,0 +1,76 @@
+"""Physical limits of efficiency coefficients, and where a fit presses against them.
+
+A coefficient that multiplies FLOPs / peak FLOP/s or bytes / peak bandwidth is 1 / achieved
+efficiency: below 1 it claims a GPU (or link) faster than its datasheet. A fitted value far
+below 1 is the model telling that the feature's cost is hidden (overlapped with another
+term of a linear sum, e.g. decode compute under weight streaming) or not identified by the
+data (prefill cost absorbed by a per-request constant when prompts barely vary). Every fit
+reports such coefficients (`physical_bound_report`, kept in ``fit_info``) so that nobody
+reads "prefill at 0.01" as an efficiency.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+EFFICIENCY_LIMITS = {
+    "prefill_compute_s": 1.0, "decode_compute_s": 1.0, "weight_traffic_s": 1.0,
+    "kv_traffic_s": 1.0, "tp_comm_s": 1.0, "ep_comm_s": 1.0, "offload_s": 1.0,
+}
+"""Beta features in seconds at datasheet peak: their coefficients cannot physically be
+below these values (efficiency <= 100%). Overheads (µs per count) have no such limit."""
+
+PRESS_PROB = 0.9
+"""A coefficient presses against its limit when its posterior puts at least this much
+mass below the limit."""
+
+
+def physical_bound_report(posterior, obs=None, *, prob: float = PRESS_PROB) -> list[dict]:
+    """One row per (configuration, efficiency coefficient) whose posterior puts >= `prob`
+    below its physical limit: median, P(below), and the implied efficiency (limit / median).
+
+    `obs` (the fitted observation table, `f_<feature>` columns): only coefficients whose
+    feature is non-zero in some observation of the configuration are reported; the others
+    (TP all-reduce at TP 1, offload without offloading) are the prior, not a fit."""
+    if "beta" not in posterior:
+        return []
+    beta = posterior["beta"]
+    used = None
+    if obs is not None:
+        cols = [c for c in obs.columns if c.startswith("f_")]
+        used = (obs[cols].abs() > 0).groupby(obs["config"].astype(str)).any()
+    rows = []
+    for feature, limit in EFFICIENCY_LIMITS.items():
+        if feature not in beta.coords["feature"].values:
+            continue
+        draws = beta.sel(feature=feature)
+        below = (draws < limit).mean(("chain", "draw")).values
+        median = draws.median(("chain", "draw")).values
+        for config, p, med in zip(beta.coords["config"].values, below, median):
+            if used is not None and not (str(config) in used.index
+                                         and used.at[str(config), f"f_{feature}"]):
+                continue
+            if p >= prob:
+                rows.append({"config": str(config), "feature": feature, "limit": limit,
+                             "median": float(med), "prob_below": float(p),
+                             "implied_efficiency": float(limit / med) if med > 0 else np.inf})
+    return rows
+
+
+def format_bound_report(rows: list[dict]) -> str:
+    """Readable lines for the terminal (empty when no coefficient presses)."""
+    if not rows:
+        return ("physical limits: no efficiency coefficient is below its datasheet limit "
+                f"with probability >= {PRESS_PROB}")
+    lines = [f"physical limits: {len(rows)} coefficient(s) below the datasheet limit with "
+             f"probability >= {PRESS_PROB}, i.e. faster than peak (a cost hidden by overlap, or "
+             "not identified by these data; see bayesblis/model/bounds.py):"]
+    for r in sorted(rows, key=lambda r: r["median"]):
+        lines.append(f"  {r['feature']:<18} median {r['median']:<8.3g} "
+                     f"({_times(r['implied_efficiency'])} peak, P(< {r['limit']:g}) "
+                     f"{r['prob_below']:.2f})  {r['config']}")
+    return "\n".join(lines)
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:.0f}x" if ratio >= 10 else f"{ratio:.1f}x"

@@ -1,0 +1,45 @@
+"""Physical limits: efficiency coefficients below 1 claim a GPU faster than its datasheet."""
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from bayesblis.model.bounds import EFFICIENCY_LIMITS, format_bound_report, physical_bound_report
+
+
+def _posterior(values):
+    """beta draws [chain=1, draw=400, config, feature] around the given medians."""
+    configs = list(values)
+    features = ["prefill_compute_s", "tp_comm_s", "layer_overhead_s"]
+    rng = np.random.default_rng(0)
+    med = np.array([[values[c][f] for f in features] for c in configs])
+    draws = med[None, None] * np.exp(0.05 * rng.standard_normal((1, 400, *med.shape)))
+    return xr.Dataset({"beta": (("chain", "draw", "config", "feature"), draws)},
+                      coords={"config": configs, "feature": features})
+
+
+def test_reports_efficiency_coefficients_below_the_datasheet_and_skips_unused_features():
+    post = _posterior({"a|tp1": {"prefill_compute_s": 0.01, "tp_comm_s": 0.05, "layer_overhead_s": 0.5},
+                       "b|tp2": {"prefill_compute_s": 2.0, "tp_comm_s": 0.05, "layer_overhead_s": 30}})
+    obs = pd.DataFrame({"config": ["a|tp1", "b|tp2"], "f_prefill_compute_s": [1e-3, 1e-3],
+                        "f_tp_comm_s": [0.0, 1e-4], "f_layer_overhead_s": [1e-4, 1e-4]})
+    rows = physical_bound_report(post, obs)
+    found = {(r["config"], r["feature"]) for r in rows}
+    # prefill at 0.01 claims 100x peak; tp_comm at TP 1 has no data (prior only): skipped;
+    # layer overhead is in µs per layer, no physical limit of 1
+    assert found == {("a|tp1", "prefill_compute_s"), ("b|tp2", "tp_comm_s")}
+    low = next(r for r in rows if r["feature"] == "prefill_compute_s")
+    assert low["prob_below"] == 1.0
+    assert np.isclose(low["implied_efficiency"], 1 / low["median"])
+    assert np.isclose(low["median"], 0.01, rtol=0.02)
+    text = format_bound_report(rows)
+    assert "2 coefficient(s)" in text and "20x peak" in text and "a|tp1" in text
+    # without the observation table every coefficient with a limit is judged
+    assert ("a|tp1", "tp_comm_s") in {(r["config"], r["feature"]) for r in physical_bound_report(post)}
+
+
+def test_nothing_to_report_when_every_coefficient_is_at_or_above_its_limit():
+    post = _posterior({"a": {"prefill_compute_s": 2.0, "tp_comm_s": 1.2, "layer_overhead_s": 0.1}})
+    assert physical_bound_report(post) == []
+    assert "no efficiency coefficient" in format_bound_report([])
+    assert "layer_overhead_s" not in EFFICIENCY_LIMITS
