@@ -100,8 +100,8 @@ def format_summary(result: dict) -> str:
     width = 42
     ci = int(round(result["metadata"].get("ci_prob", 0.9) * 100))
     head = f"{'metric':<26}" + "".join(f"{name:>{width}}" for name, _ in blocks)
-    lines = [f"median over draws [{ci}% interval] and mean (a few saturated draws inflate the mean)",
-             head, "-" * len(head)]
+    lines = [f"median over draws [{ci}% interval] and mean (a few saturated draws inflate "
+             "the mean)", head, "-" * len(head)]
     for m in METRICS:
         row = f"{m:<26}"
         for _, b in blocks:

@@ -150,8 +150,9 @@ def _draw_records(w, cfg, constants, draws: Draws, draw_seeds, first: int = 0,
                   n_workers: int | None = None, progress=None) -> list[dict]:
     """One record per draw (in draw order): METRICS of all requests and of each stage,
     each stage's lag growth (`stage_lag_growth`), preemptions, dropped requests, steps,
-    busy fraction, and for global draw 0 the drop reasons. `draw_seeds[d]` seeds draw `d` of `draws`; `first` is the global index of
-    draws[0] (draws may be a chunk of a larger set)."""
+    busy fraction, and for global draw 0 the drop reasons. `draw_seeds[d]` seeds draw `d`
+    of `draws`; `first` is the global index of draws[0] (draws may be a chunk of a larger
+    set)."""
     valid = ~w.has_error
     stage_masks = [valid & (w.stage == s) for s in range(w.n_stages)]
 

@@ -296,7 +296,8 @@ def test_cli_writes_a_plan_valid_against_the_schema(tiny_posterior, tmp_path):
         "--out", str(out)])
     assert res.exit_code == 0, res.output + repr(res.exception)
     for text in ("option", "GPUs", "capacity req/s", "tokens/s/GPU", "P at capacity",
-                 "saturated", "P(saturated)", "evaluations", "max_num_batched_tokens=512,max_num_seqs=64", f"wrote {out}"):
+                 "saturated", "P(saturated)", "evaluations",
+                 "max_num_batched_tokens=512,max_num_seqs=64", f"wrote {out}"):
         assert text in res.output
     plan = json.loads(out.read_text())
     assert [o["settings"] for o in plan["options"]] == [
