@@ -126,9 +126,13 @@ def _ms(v):
               help="Simulated traffic of phase 5 (default: the run's duration).")
 @click.option("--kinds", default=",".join(DEFAULT_KINDS), show_default=True, hidden=True,
               help="Observation kinds to fit (comma separated).")
-@click.option("--no-progress", is_flag=True, hidden=True, help="No progress bars.")
+@click.option("--nuts-backend", type=click.Choice(["numba", "jax"]), default="jax",
+              show_default=True, hidden=True,
+              help="nutpie backend (jax compiles in seconds, numba in about a minute).")
+@click.option("--quiet", "--no-progress", "quiet", is_flag=True,
+              help="No progress displays (also off when stderr is not a terminal, and in CI).")
 def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chains, sim_draws,
-            sim_duration_s, kinds, no_progress):
+            sim_duration_s, kinds, nuts_backend, quiet):
     """Run the whole pipeline on a synthetic fleet with a known truth and compare the
     held-out configuration's coefficients and latencies to it."""
     import numpy as np
@@ -139,7 +143,9 @@ def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chai
     from bayesblis.io.dataset import ingest
     from bayesblis.synth import FleetSpec, generate_fleet
 
-    progress = not no_progress
+    from bayesblis.console import show_progress
+
+    progress = show_progress(quiet)
     out = Path(out)
     _prepare_out(out)
     ph = _Phases()
@@ -167,6 +173,7 @@ def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chai
     except ImportError:
         raise click.ClickException("bayesblis.design is not available in this build; "
                                    "phases 3-5 need it") from None
+    from bayesblis.model.bounds import format_bound_report
     from bayesblis.model.diagnostics import format_diagnostics
     from bayesblis.model.hierarchy import LatencyModel
     from bayesblis.model.store import save_posterior
@@ -177,7 +184,8 @@ def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chai
     click.echo(f"    {len(md.obs)} window observations over {len(md.configs)} configurations "
                f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}) "
                f"in {time.perf_counter() - t_design:.1f} s")
-    sampler = {"draws": draws, "tune": tune or draws, "chains": chains, "seed": seed + 1}
+    sampler = {"draws": draws, "tune": tune or draws, "chains": chains, "seed": seed + 1,
+               "nuts_backend": nuts_backend}
     if method == "advi":
         sampler["advi_iterations"] = 15000
     model = LatencyModel(sampler_config=sampler)
@@ -187,6 +195,7 @@ def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chai
         model.fit(method=method, progressbar=progress)
     diag = model.fit_info["diagnostics"]
     click.echo(format_diagnostics(diag))
+    click.echo(format_bound_report(model.fit_info["physical_bounds"]))
     post_path = save_posterior(model, out / "posterior.nc")
     ph.done(f"posterior -> {post_path}")
 
