@@ -106,6 +106,12 @@ def coefficient_draws(posterior, *, model: str, model_family: str, arch: str, ha
                 "configuration " + key + " has levels the posterior never saw: "
                 + ", ".join(f"{k}={v}" for k, v in unseen.items())
                 + "; pass allow_unseen (CLI: --allow-unseen) for a population-level answer")
+        if "beta_mu" not in post:  # a calibrated file (bayesblis calibrate): no population
+            raise UnseenLevelError(
+                f"configuration {key} is not in this posterior, which holds only "
+                + ", ".join(posterior.configs["config"]) + " (a calibration of "
+                + str(post.attrs.get("bayesblis_calibration_of", "another posterior"))
+                + "; ask that posterior for other configurations)")
         seen = {short: set(posterior.configs[column].astype(str)) for short, column in LEVEL_COLUMNS.items()}
         beta = _population_draws(post, "beta", DIM_FEATURE, values, seen, rng)
         alpha = _population_draws(post, "alpha", DIM_ALPHA_FEATURE, values, seen, rng)

@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "inspect": ("inspect", "Describe a dataset, model config, GPU or posterior file."),
     "fit": ("fit", "Fit the hierarchical model to a dataset; write POSTERIOR.nc."),
     "coefficients": ("coefficients", "Alpha/beta coefficients with intervals for a configuration."),
+    "calibrate": ("calibrate", "Posterior for a new deployment from a few minutes of its traces."),
     "simulate": ("simulate", "Simulate a scenario with posterior draws; write RESULT.json."),
     "demo": ("demo", "Synthetic fleet -> fit -> coefficients -> simulation, end to end."),
     "validate": ("validate", "Leave-one-out validation against measured runs."),

@@ -221,13 +221,8 @@ class LatencyModel:
                 mean = mean * factor[run]
             if minibatch_size is None:
                 mean = pm.Deterministic("mean_s", mean, dims=DIM_OBS)
-            # 1/n for step windows, 0 for request-level rows (n = 0); a float mask: a bool
-            # numerator made pytensor's local_greedy_distributor rewrite fail (logged errors)
-            steps_share = pt.switch(n_steps > 0, 1.0 / pt.maximum(n_steps, 1.0), 0.0)
-            if approx.any():
-                rel = pt.sqrt(sigma_step[cfg] ** 2 * steps_share + kind_sigma[kind] ** 2)
-            else:  # exact kinds only: no per-kind error to gather and add
-                rel = sigma_step[cfg] * pt.sqrt(steps_share)
+            rel = relative_scale(sigma_step[cfg], n_steps,
+                                 kind_sigma[kind] if approx.any() else None)
             if weighted:
                 weight = pm.Data("weight", np.ones(len(obs)), dims=DIM_OBS)
                 loglik = student_t_logp(y, nu, mean, mean * rel)
@@ -588,6 +583,18 @@ def student_t_logp(value, nu, mu, sigma):
     z = (value - mu) / sigma
     const = pt.gammaln((nu + 1.0) / 2.0) - pt.gammaln(nu / 2.0) - 0.5 * pt.log(np.pi * nu)
     return const - pt.log(sigma) - (nu + 1.0) / 2.0 * pt.log1p(z ** 2 / nu)
+
+
+def relative_scale(sigma_step_obs, n_steps, kind_sigma_obs=None):
+    """Each observation's relative scale ``sqrt(sigma_step^2 / n + sigma_kind^2)`` (the
+    likelihood's sigma is ``mean * relative_scale``); ``kind_sigma_obs=None``: exact kinds
+    only, no per-kind error to gather and add."""
+    # 1/n for step windows, 0 for request-level rows (n = 0); a float mask: a bool
+    # numerator made pytensor's local_greedy_distributor rewrite fail (logged errors)
+    steps_share = pt.switch(n_steps > 0, 1.0 / pt.maximum(n_steps, 1.0), 0.0)
+    if kind_sigma_obs is None:
+        return sigma_step_obs * pt.sqrt(steps_share)
+    return pt.sqrt(sigma_step_obs ** 2 * steps_share + kind_sigma_obs ** 2)
 
 
 def _segment_dot(matrix, coef, bounds, n_config: int):

@@ -78,7 +78,8 @@ def save_posterior(model, path) -> Path:
     idata = model.idata
     for key, value in attrs.items():
         idata.posterior.attrs[_ATTR_PREFIX + key] = value
-    if OBS_GROUP not in idata.groups() and getattr(model, "data", None) is not None:
+    if (OBS_GROUP not in idata.groups() and getattr(model, "data", None) is not None
+            and len(model.data.obs)):  # a calibration on no data keeps no table
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a group outside ArviZ's scheme
             idata.add_groups({OBS_GROUP: observation_dataset(model.data.obs)})

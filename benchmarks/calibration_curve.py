@@ -1,0 +1,137 @@
+"""Calibration curve (issue #18): leave one model out, calibrate on the held-out model's first
+0/50/200/1000 requests of one run, predict its other runs.
+
+For every held-out model: fit the hierarchy on the other models' runs (as `bayesblis
+validate --holdout model`), then for each request budget N calibrate that population
+posterior (`bayesblis.calibrate`) on the first N requests of the model's first run (by
+name) and simulate the model's other runs with the calibrated draws (`validate`'s replay,
+comparison and summary). N = 0 is the population-level prediction (the plain
+leave-one-model-out answer). Intervals are the posterior's own (no simulator discrepancy).
+
+Targets: held-out E2E-mean |error| <= 4% (median over normal-load stages), TTFT <= 8%,
+90% interval coverage 80-95%, calibration wall <= 60 s.
+
+Usage:
+    python3 benchmarks/calibration_curve.py [--data DIR] [--budgets 0,50,200,1000]
+        [--models llama-2-7b,...] [--out benchmarks/results/calibration_curve.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main(argv=None):
+    from bayesblis.calibrate import calibrate, calibration_data
+    from bayesblis.io.dataset import Dataset
+    from bayesblis.model.data import ModelData
+    from bayesblis.model.hierarchy import LatencyModel
+    from bayesblis.validate import (_posterior_view, _thin_per_run, compare, expand_dirs,
+                                    load_runs, predict_experiment, source_model, summarize)
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default=str(ROOT.parent / "shared/data/real/h100-inference-perf"))
+    ap.add_argument("--hardware", default="H100")
+    ap.add_argument("--budgets", default="0,50,200,1000")
+    ap.add_argument("--models", default=None, help="held-out models (default: all)")
+    ap.add_argument("--fit-draws", type=int, default=300)
+    ap.add_argument("--fit-tune", type=int, default=300)
+    ap.add_argument("--max-obs-per-run", type=int, default=200)
+    ap.add_argument("--draws", type=int, default=30, help="posterior draws simulated per run")
+    ap.add_argument("--max-duration-s", type=float, default=None)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/calibration_curve.json"))
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    budgets = [int(b) for b in args.budgets.split(",")]
+
+    dataset, data = load_runs(expand_dirs([args.data]), args.hardware)
+    data = _thin_per_run(data, args.max_obs_per_run, args.seed)
+    sources = list(dataset.sources)
+    models = sorted(data.configs["model"].unique())
+    if args.models:
+        models = [m for m in models if m in args.models.split(",")]
+    rows, records = [], {b: [] for b in budgets}
+    for held in models:
+        keep = data.configs[data.configs["model"] != held]
+        train = ModelData(keep, data.obs[data.obs["config"].isin(keep["config"])])
+        print(f"fit without {held} ({len(train.obs)} windows) ...", flush=True)
+        model = LatencyModel(sampler_config={"draws": args.fit_draws, "tune": args.fit_tune,
+                                             "chains": 2, "seed": args.seed,
+                                             "nuts_backend": "jax", "max_treedepth": 7,
+                                             "target_accept": 0.95})
+        model.build_model(train)
+        model.fit(progressbar=False)
+        parent = _posterior_view(model)
+        held_sources = sorted((s for s in sources if source_model(s, args.hardware) == held),
+                              key=lambda s: s.name)
+        calib_source, targets = held_sources[0], held_sources[1:]
+        for budget in budgets:
+            started = time.perf_counter()
+            configs, _ = calibration_data(Dataset(sources=held_sources), hardware=args.hardware,
+                                          max_requests=0)
+            _, obs = calibration_data(Dataset(sources=[calib_source]), hardware=args.hardware,
+                                      max_requests=budget)
+            cal = calibrate(parent, configs, obs, seed=args.seed,
+                            sampler_config={"seed": args.seed})
+            wall = time.perf_counter() - started
+            view = cal.view()
+            fold_records = []
+            for src in targets:
+                result = predict_experiment(src, view, hardware=args.hardware,
+                                            n_draws=args.draws, seed=args.seed,
+                                            allow_unseen=False,
+                                            max_duration_s=args.max_duration_s)
+                fold_records += compare(src, result, fold=held, holdout="model")
+            records[budget] += fold_records
+            s = summarize(fold_records, "model")
+            row = {"model": held, "calibration_run": calib_source.name, "requests": budget,
+                   "n_obs": int(len(obs)), "calibration_wall_s": wall,
+                   "diagnostics_passed": cal.fit_info["diagnostics"].get("passed"),
+                   **{k: s.get(k) for k in ("median_abs_pct_error_e2e_mean",
+                                            "median_abs_pct_error_ttft_mean",
+                                            "median_abs_pct_error_itl_mean", "coverage_90",
+                                            "n_normal_stages")}}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    overall = []
+    for budget in budgets:
+        if not records[budget]:
+            continue
+        s = summarize(records[budget], "model")
+        walls = [r["calibration_wall_s"] for r in rows if r["requests"] == budget]
+        overall.append({"requests": budget, "e2e_mean_err": s.get("median_abs_pct_error_e2e_mean"),
+                        "ttft_mean_err": s.get("median_abs_pct_error_ttft_mean"),
+                        "itl_mean_err": s.get("median_abs_pct_error_itl_mean"),
+                        "coverage_90": s.get("coverage_90"),
+                        "calibration_wall_s_max": max(walls),
+                        "n_normal_stages": s["n_normal_stages"]})
+    print(format_table(overall))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"per_fold": rows, "overall": overall,
+                                          "args": vars(args)}, indent=1, default=str))
+    print(f"wrote {args.out}")
+
+
+def format_table(overall) -> str:
+    lines = ["requests  E2E-mean err  TTFT err  ITL err  coverage90  calib wall (max)",
+             "--------  ------------  --------  -------  ----------  ---------------"]
+    for r in overall:
+        cov = r["coverage_90"]
+        lines.append(f"{r['requests']:>8}  {r['e2e_mean_err']:>11.1f}%  {r['ttft_mean_err']:>7.1f}%"
+                     f"  {r['itl_mean_err']:>6.1f}%  "
+                     f"{(f'{cov * 100:.0f}%' if cov is not None else 'n/a'):>10}"
+                     f"  {r['calibration_wall_s_max']:>13.1f} s")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""`bayesblis calibrate`: a new configuration's posterior with the population as the prior.
+
+One small population fit (synthetic steps from a known hierarchy, JAX NUTS) serves every
+test; the held-out configuration's data come from its known coefficients."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from bayesblis.model.synthetic_steps import FEATURES, LAYERS, _step_features, synthetic_data
+
+LEVELS = ("model", "model_family", "arch", "hardware", "tp", "ep", "dtype")
+CALIBRATION_SAMPLER = {"draws": 300, "tune": 200, "chains": 2, "seed": 2}
+
+
+@pytest.fixture(scope="module")
+def population(tmp_path_factory):
+    """(parent posterior path, held-out configuration row, its true beta): a fit on 11 of
+    12 synthetic configurations (2 GPUs x 3 families x TP 1/2)."""
+    from bayesblis.model.data import ModelData
+    from bayesblis.model.hierarchy import LatencyModel
+    from bayesblis.model.store import save_posterior
+
+    data, truth = synthetic_data(hardware=("H100-SXM", "A100-SXM-80GB"),
+                                 families=(("llama", "dense"), ("qwen3", "dense"),
+                                           ("mixtral", "moe")), n_obs=20, seed=0)
+    held = data.configs.iloc[-1].to_dict()
+    keep = data.configs[data.configs["config"] != held["config"]]
+    train = ModelData(keep, data.obs[data.obs["config"].isin(keep["config"])])
+    model = LatencyModel(sampler_config={"draws": 80, "tune": 100, "chains": 2, "seed": 1,
+                                         "nuts_backend": "jax", "laplace": False})
+    model.build_model(train)
+    with pytest.warns(Warning):  # tens of draws cannot pass the ESS threshold
+        model.fit(progressbar=False)
+    path = tmp_path_factory.mktemp("calibrate") / "population.nc"
+    save_posterior(model, path)
+    return path, held, truth[held["config"]]
+
+
+def _steps(row, beta, n, seed=5, noise=0.05):
+    rng = np.random.default_rng(seed)
+    X = _step_features(rng, n, row["tp"], LAYERS[row["model_family"]])
+    obs = pd.DataFrame(X, columns=[f"f_{f}" for f in FEATURES])
+    obs["y_s"] = np.abs(X @ beta * (1 + noise * rng.standard_t(5, n)))
+    obs["n_steps"] = 1
+    obs["kind"] = "step"
+    obs["config"] = row["config"]
+    return obs
+
+
+def _population_draws(parent, row):
+    from bayesblis.coefficients import coefficient_draws
+
+    return coefficient_draws(parent, **{k: row[k] for k in LEVELS}, allow_unseen=True)
+
+
+def test_calibration_recovers_known_coefficients_with_narrower_intervals(population):
+    from bayesblis.calibrate import calibrate
+    from bayesblis.model.store import load_posterior
+
+    path, row, truth = population
+    parent = load_posterior(path)
+    cal = calibrate(parent, pd.DataFrame([row]), _steps(row, truth, 200),
+                    sampler_config=CALIBRATION_SAMPLER)
+    assert cal.fit_info["diagnostics"]["divergences"] == 0
+    assert cal.fit_info["calibration"]["seen_config"] == {row["config"]: False}
+    beta = cal.idata.posterior["beta"].sel(config=row["config"], feature=FEATURES)
+    beta = beta.stack(s=("chain", "draw")).values
+    lo, hi = np.quantile(beta, [0.05, 0.95], axis=1)
+    assert np.mean((lo <= truth) & (truth <= hi)) >= 0.8
+    pop = _population_draws(parent, row).beta
+    plo, phi = np.quantile(pop, [0.05, 0.95], axis=0)
+    for name in ("prefill_compute_s", "decode_compute_s", "kv_traffic_s", "tp_comm_s"):
+        j = FEATURES.index(name)  # the features these steps inform: log-width ratio
+        assert np.log(hi[j] / lo[j]) < 0.7 * np.log(phi[j] / plo[j]), name
+
+
+def test_zero_calibration_data_is_the_population_prediction(population, tmp_path):
+    from bayesblis.calibrate import calibrate, save_calibration
+    from bayesblis.coefficients import coefficient_draws
+    from bayesblis.model.store import load_posterior
+
+    path, row, _ = population
+    parent = load_posterior(path)
+    cal = calibrate(parent, pd.DataFrame([row]), None, sampler_config={"draws": 2000, "chains": 2})
+    assert cal.fit_info["method"] == "calibration (prior)"
+    out = save_calibration(cal, tmp_path / "new.nc")
+    new = load_posterior(out)
+    assert new.idata.posterior.attrs["bayesblis_calibration_of"] == str(path)
+    got = coefficient_draws(new, **{k: row[k] for k in LEVELS})
+    assert got.seen_config
+    pop = _population_draws(parent, row)
+    for mine, theirs in ((got.beta, pop.beta), (got.alpha, pop.alpha)):
+        # on the log scale, within a tenth (median) and a fifth (interval ends) of the
+        # population's 90% interval width (160 population draws: their quantiles are noisy)
+        q_mine = np.log(np.quantile(mine, [0.05, 0.5, 0.95], 0))
+        q_pop = np.log(np.quantile(theirs, [0.05, 0.5, 0.95], 0))
+        width = q_pop[2] - q_pop[0]
+        assert np.all(np.abs(q_mine[1] - q_pop[1]) < 0.1 * width)
+        assert np.all(np.abs(q_mine[[0, 2]] - q_pop[[0, 2]]) < 0.2 * width)
+
+
+def test_truncation_keeps_the_first_requests():
+    from bayesblis.calibrate import truncate_source
+    from bayesblis.io.dataset import ingest, sample_paths
+
+    ip, otel = ingest(sample_paths()[:2]).sources
+    first = truncate_source(ip, max_requests=30)
+    assert len(first.tables["requests"]) == 30
+    arrivals = ip.tables["requests"]["arrival_s"]
+    assert first.tables["requests"]["arrival_s"].max() <= np.sort(arrivals)[29]
+    assert len(ip.tables["requests"]) == 200  # the source itself is untouched
+    early = truncate_source(ip, first_seconds=5.0)
+    t = early.tables["requests"]["arrival_s"]
+    assert 0 < len(t) < 200 and t.max() <= arrivals.min() + 5.0
+    cut = truncate_source(otel, max_requests=3)
+    assert len(cut.tables["requests"]) <= 3
+    kept = set(cut.tables["requests"]["request_id"])
+    assert set(cut.tables["journey_events"]["request_id"]) <= kept
+    assert len(cut.tables["steps"]) <= len(otel.tables["steps"])
+
+
+def test_cli_calibrates_on_inference_perf_and_coefficients_read_it(population, tmp_path):
+    from bayesblis.cli import cli
+    from bayesblis.model.store import load_posterior
+
+    path, _, _ = population
+    runner = CliRunner()
+    r = runner.invoke(cli, ["ingest", "--sample", "--quiet", "--out", str(tmp_path / "ds")])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "new.nc"
+    r = runner.invoke(cli, ["calibrate", str(path), str(tmp_path / "ds"), "--out", str(out),
+                            "--hardware", "H100", "--max-requests", "100", "--draws", "200",
+                            "--tune", "200", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "calibrated 90%" in r.output and f"wrote {out}" in r.output
+    new = load_posterior(out)
+    assert new.idata.posterior.attrs["bayesblis_calibration_of"] == str(path)
+    info = new.fit_info["calibration"]
+    assert info["max_requests"] == 100 and info["n_obs"] > 0
+    # the sample's features the synthetic population never had get their default prior
+    assert "kv_token_layer_s" in info["features_without_fit"]
+    assert set(new.data.obs["config"]) <= set(new.configs["config"])
+    r = runner.invoke(cli, ["coefficients", str(out), "--model", "llama-2-7b", "--hardware",
+                            "H100", "--tp", "1", "--out", str(tmp_path / "c.json")])
+    assert r.exit_code == 0, r.output
+    record = json.loads((tmp_path / "c.json").read_text())
+    assert record["seen_config"] and record["config"] in set(new.configs["config"])
+    assert record["beta"]["prefill_compute_s"]["lo"] > 0
+    r = runner.invoke(cli, ["coefficients", str(out), "--model", "llama-2-7b", "--hardware",
+                            "H100", "--tp", "2", "--out", str(tmp_path / "tp2.json")])
+    assert r.exit_code != 0 and "not in this posterior" in str(r.exception)
+    # no request kept: the population-level prior, still a posterior file coefficients read
+    r = runner.invoke(cli, ["calibrate", str(path), str(tmp_path / "ds"), "--out",
+                            str(tmp_path / "prior.nc"), "--hardware", "H100",
+                            "--max-requests", "0", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert load_posterior(tmp_path / "prior.nc").fit_info["n_obs"] == 0
+    r = runner.invoke(cli, ["coefficients", str(tmp_path / "prior.nc"), "--model", "llama-2-7b",
+                            "--hardware", "H100", "--out", str(tmp_path / "p.json")])
+    assert r.exit_code == 0, r.output
