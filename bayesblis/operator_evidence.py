@@ -82,20 +82,23 @@ def _rows(config: str, y, features: np.ndarray, source: str, **extra) -> pd.Data
 
 def profile_observations(profiles, *, source: str = "operator-profiles", statistic: str = "mean",
                          layer_constant: bool = True, topologies=DEFAULT_TOPOLOGIES,
-                         gpus=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                         gpus=None, linear: bool = True, all_reduce: bool = True
+                         ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(configurations [CONFIG_COLUMNS], observations) of an `OperatorProfiles` (module doc).
 
     `statistic`: 'mean' (default: the model's location is a mean time) or 'median' of the
     repeated timings; `layer_constant`: include ``f_layer_overhead_s`` in linear-layer rows;
     `topologies`: all-reduce topologies kept (None: all); `gpus`: keep only these catalog
-    GPU names (None: all)."""
+    GPU names (None: all); `linear`, `all_reduce`: which rows to build."""
     from bayesblis.features.physics import Deployment, DeploymentError
 
     configs, parts = {}, []
-    linear = profiles.linear_layer_times(statistic)
+    times = profiles.linear_layer_times(statistic)
     if gpus is not None:
-        linear = linear[linear["gpu"].isin(list(gpus))]
-    for (gpu, model, tp), rows in linear.groupby(["gpu", "model", "tp"], sort=True):
+        times = times[times["gpu"].isin(list(gpus))]
+    if not linear:
+        times = times.iloc[:0]
+    for (gpu, model, tp), rows in times.groupby(["gpu", "model", "tp"], sort=True):
         arch = profiles.models[model]
         try:
             dep = Deployment(arch, gpu, tp=int(tp), dtype=DTYPE)
@@ -108,7 +111,7 @@ def profile_observations(profiles, *, source: str = "operator-profiles", statist
         feats = linear_layer_features(dep, tokens, layer_constant=layer_constant)
         parts.append(_rows(row["config"], rows["time_s"], feats, source, num_tokens=tokens))
     ar = profiles.all_reduce
-    if len(ar):
+    if len(ar) and all_reduce:
         keep = (ar["devices_per_node"] == ar["num_workers"]) & (ar["num_workers"] >= 2)
         if topologies is not None:
             keep &= ar["topology"].isin(list(topologies))
@@ -128,17 +131,26 @@ def profile_observations(profiles, *, source: str = "operator-profiles", statist
     return cfg, obs
 
 
-def combine(model_data: ModelData | None, configs: pd.DataFrame, obs: pd.DataFrame) -> ModelData:
+def combine(model_data: ModelData | None, configs: pd.DataFrame, obs: pd.DataFrame, *,
+            drop_unused: bool = False) -> ModelData:
     """`ModelData` of `model_data` (e.g. traced runs; None: profiles only) plus profile
-    configurations and observations; feature columns one side lacks are 0."""
+    configurations and observations; feature columns one side lacks are 0.
+
+    `drop_unused`: leave out feature columns that are 0 in every row, so the model gets no
+    coefficient for them. A profiles-only table has no KV, decode, request or step
+    features: their coefficients would be prior draws, and a learnt scale over
+    prior-only effects (the KV group's per-configuration sums, family effects) is a funnel
+    NUTS mixes badly in (bulk ESS 2 in 150 draws)."""
     if model_data is not None:
         configs = pd.concat([model_data.configs, configs[~configs["config"].isin(
             model_data.configs["config"])]], ignore_index=True)
         obs = pd.concat([model_data.obs, obs], ignore_index=True)
     obs = obs.copy()
-    for column in obs.columns:
+    for column in list(obs.columns):
         if column.startswith(("f_", "a_")):
             obs[column] = obs[column].astype(float).fillna(0.0)
+            if drop_unused and not obs[column].any():
+                obs = obs.drop(columns=column)
     return ModelData(configs=configs[list(CONFIG_COLUMNS)], obs=obs)
 
 

@@ -61,6 +61,12 @@ def test_options(profiles):
     assert set(cfg["hardware"]) == {"A100-SXM-80GB"} and "collective" not in set(cfg["model_family"])
     _, med = profile_observations(profiles, statistic="median")
     assert np.isfinite(med["y_s"]).all()
+    cfg, obs = profile_observations(profiles, all_reduce=False)
+    assert "collective" not in set(cfg["model_family"]) and obs["message_bytes"].isna().all()
+    cfg, obs = profile_observations(profiles, linear=False)
+    assert set(cfg["model_family"]) == {"collective"}
+    md = combine(None, cfg, obs, drop_unused=True)  # no prior-only coefficients
+    assert {c for c in md.obs if c.startswith(("f_", "a_"))} == {"f_tp_comm_s", "f_tp_sync_s"}
 
 
 def test_subsample_spreads_over_sizes_and_groups(profiles):

@@ -36,8 +36,8 @@ def joint_fit(tmp_path_factory):
     md.configs = c[wanted].reset_index(drop=True)
     md.obs = spread_subsample(md.obs[md.obs["config"].isin(md.configs["config"])], 8, seed=0)
     md.__post_init__()
-    model = LatencyModel(sampler_config={"draws": 20, "tune": 30, "chains": 1, "seed": 4,
-                                         "nuts_backend": "jax", "max_treedepth": 6})
+    model = LatencyModel(sampler_config={"draws": 15, "tune": 25, "chains": 1, "seed": 4,
+                                         "nuts_backend": "jax", "max_treedepth": 5})
     model.build_model(md)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tens of draws: ESS warnings
@@ -56,7 +56,7 @@ def test_profile_rows_are_their_own_configurations_and_kind(joint_fit):
     post = model.idata.posterior
     assert "operator_profile" in list(post["sigma_kind"]["approx_kind"].values)
     beta = post["beta"].median(("chain", "draw"))
-    # synthetic profiles: prefill 1.4 x FLOP time; the fit recovers it roughly in 25 draws
+    # synthetic profiles: prefill 1.4 x FLOP time; the fit recovers it roughly in 15 draws
     for cfg in ("ops:llama-2-7b|A40|tp1|ep1|fp16", "ops:llama-2-7b|H100-SXM|tp1|ep1|fp16"):
         assert 1.0 < float(beta.sel(config=cfg, feature="prefill_compute_s")) < 2.0
 
