@@ -26,7 +26,11 @@ What a profile row is, and what it informs (data_specs/observations.md, "operato
   ``f_tp_sync_s`` (log2(workers) rounds x 1 µs). Only single-node rows (devices_per_node =
   num_workers) of the ``DEFAULT_TOPOLOGIES`` (DGX: NVSwitch, where the datasheet's NVLink
   figure holds) by default: multi-node rows go over InfiniBand and pairwise-NVLink rows
-  beyond 2 GPUs over PCIe, which the GPU's datasheet does not describe.
+  beyond 2 GPUs over PCIe, which the GPU's datasheet does not describe. In one fit with
+  linear rows, their configurations' latency deviations (NCCL latency does not grow as
+  log2(workers): ~50%) and the linear configurations' tight per-step-constant sums (~3%)
+  share one learnt scale and chains can split; ``all_reduce=False`` (or ``linear=False``)
+  builds one type only (docs/operator-profiles.md).
 
 Every profile configuration is its own configuration row: model ``ops:<model>`` (so it
 never shares coefficients with a traced configuration of the same model, GPU and TP;
