@@ -1,15 +1,19 @@
 """The analyst notebooks (notebooks/*.ipynb) run top to bottom without a cell error.
 
-Each notebook is executed in a fresh kernel (nbclient + ipykernel) with its default,
-small settings (tiny synthetic fleet, tens to a hundred draws). They share one work
-folder for the session (BAYESBLIS_NOTEBOOK_WORK), in order, so 03 and 04 reuse the
-posterior 02 saved; each one regenerates what is missing, so any one also runs alone
+Each notebook is executed in a fresh kernel (nbclient + ipykernel) on the tiny synthetic
+fleet, with smaller settings than its defaults (CI_PARAMETERS: fewer windows, draws and
+simulated seconds) injected papermill-style: a cell tagged ``injected-parameters`` after
+the cell tagged ``parameters``. BAYESBLIS_NOTEBOOK_DEFAULTS=1 runs them at their own
+defaults instead. They share one work folder for the session (BAYESBLIS_NOTEBOOK_WORK), in
+order, so 03 and 04 reuse the posterior 02 saved (the same injected settings name the same
+file); each one regenerates what is missing, so any one also runs alone
 (`pytest tests/test_notebooks.py -k 03`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -23,6 +27,26 @@ NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
 CELL_TIMEOUT_S = 900
 """Per cell: generous, the shared CI machine can be slow to compile the model."""
+CI_PARAMETERS = {"MAX_OBS_PER_CONFIG": 60, "DRAWS": 30, "SIM_DRAWS": 8, "DURATION_S": 10.0}
+"""Test settings of the parameters the notebooks define (each notebook gets those it has).
+DRAWS x CHAINS (2) stays >= 50: notebook 02's posterior-predictive plot shows 50 draws."""
+
+
+def with_test_parameters(nb):
+    """`nb` with a cell setting CI_PARAMETERS inserted after its ``parameters`` cell
+    (papermill's convention), unless BAYESBLIS_NOTEBOOK_DEFAULTS=1."""
+    tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "a notebook needs exactly one cell tagged 'parameters'"
+    if os.environ.get("BAYESBLIS_NOTEBOOK_DEFAULTS") == "1":
+        return nb
+    defined = set(re.findall(r"^([A-Z_][A-Z0-9_]*)\s*=", nb.cells[tagged[0]].source, re.M))
+    lines = [f"{name} = {value!r}" for name, value in CI_PARAMETERS.items() if name in defined]
+    if lines:
+        cell = nbformat.v4.new_code_cell("\n".join(["# test settings (tests/test_notebooks.py)",
+                                                    *lines]))
+        cell.metadata["tags"] = ["injected-parameters"]
+        nb.cells.insert(tagged[0] + 1, cell)
+    return nb
 
 
 def test_every_planned_notebook_exists():
@@ -53,7 +77,7 @@ def work_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path, work_dir):
-    nb = nbformat.read(path, as_version=4)
+    nb = with_test_parameters(nbformat.read(path, as_version=4))
     client = nbclient.NotebookClient(
         nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
         resources={"metadata": {"path": str(NOTEBOOKS_DIR)}})  # cwd: imports nbsupport
