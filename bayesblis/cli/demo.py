@@ -173,7 +173,7 @@ def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chai
     except ImportError:
         raise click.ClickException("bayesblis.design is not available in this build; "
                                    "phases 3-5 need it") from None
-    from bayesblis.model.bounds import format_bound_report
+    from bayesblis.model.bounds import format_bound_report, physical_bound_report
     from bayesblis.model.diagnostics import format_diagnostics
     from bayesblis.model.hierarchy import LatencyModel
     from bayesblis.model.store import save_posterior
@@ -195,7 +195,7 @@ def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chai
         model.fit(method=method, progressbar=progress)
     diag = model.fit_info["diagnostics"]
     click.echo(format_diagnostics(diag))
-    click.echo(format_bound_report(model.fit_info["physical_bounds"]))
+    click.echo(format_bound_report(physical_bound_report(model.idata.posterior, md.obs)))
     post_path = save_posterior(model, out / "posterior.nc")
     ph.done(f"posterior -> {post_path}")
 
