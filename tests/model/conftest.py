@@ -7,16 +7,23 @@ from model_helpers import synthetic_data
 
 @pytest.fixture(scope="session")
 def tiny_fit(tmp_path_factory):
-    """A really tiny real fit (PyMC NUTS, tens of draws), saved to a NetCDF file."""
+    """A really tiny real fit (nutpie NUTS with the package's default backend, numba; tens
+    of draws), saved to a NetCDF file.
+
+    The suite's one fast fit on nutpie's numba backend (the default of `LatencyModel` and
+    `bayesblis fit`; about a minute of compiling). It used PyMC's own sampler
+    (method="pymc"), which spent minutes compiling C code on a fresh machine; that path
+    stays covered by tests/client/test_validate.py."""
     from bayesblis.model.hierarchy import LatencyModel
     from bayesblis.model.store import save_posterior
 
     data, truth = synthetic_data(n_obs=30)
-    model = LatencyModel(sampler_config={"draws": 40, "tune": 40, "chains": 1, "seed": 3})
+    model = LatencyModel(sampler_config={"draws": 40, "tune": 40, "chains": 1, "seed": 3,
+                                         "nuts_backend": "numba"})
     model.build_model(data)
     model.sample_prior_predictive(20)
     with pytest.warns(Warning):  # tens of draws cannot pass the ESS threshold
-        model.fit(method="pymc", progressbar=False)
+        model.fit(method="nuts", progressbar=False)
     path = tmp_path_factory.mktemp("fit") / "posterior.nc"
     save_posterior(model, path)
     return model, path, truth
