@@ -58,7 +58,7 @@ def physical_bound_report(posterior, obs=None, *, prob: float = PRESS_PROB) -> l
 
 
 def format_bound_report(rows: list[dict]) -> str:
-    """Readable lines for the terminal (empty when no coefficient presses)."""
+    """Readable lines for the terminal (one line saying so when no coefficient presses)."""
     if not rows:
         return ("physical limits: no efficiency coefficient is below its datasheet limit "
                 f"with probability >= {PRESS_PROB}")
