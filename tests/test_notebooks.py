@@ -51,7 +51,7 @@ def with_test_parameters(nb):
 
 def test_every_planned_notebook_exists():
     names = [p.name[:2] for p in NOTEBOOKS]
-    assert names == ["01", "02", "03", "04"], names
+    assert names == ["01", "02", "03", "04", "05"], names
 
 
 def test_notebooks_are_stored_without_outputs():
