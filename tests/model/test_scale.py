@@ -35,7 +35,10 @@ def test_summed_windows_keep_totals_per_configuration():
 
 
 def test_minibatch_advi_fits_and_refuses_nuts():
-    data, _ = synthetic_data(n_obs=50)
+    # 4 configurations (2 GPUs x a dense and a MoE family, TP 2): the code path, not the
+    # fleet; a smaller graph for ADVI's step function to compile
+    data, _ = synthetic_data(n_obs=50, families=(("llama", "dense"), ("mixtral", "moe")),
+                             tps=(2,))
     model = LatencyModel(sampler_config={"advi_iterations": 200, "draws": 20, "chains": 1})
     model.build_model(data, minibatch_size=32)
     assert "mean_s" not in model.model.named_vars
