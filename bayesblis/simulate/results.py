@@ -146,6 +146,24 @@ def request_metrics(run: EngineRun, output_tokens, arrival_s, mask) -> dict:
     return out
 
 
+TTFT_PARTS = ("api_s", "queue_s", "prefill_s", "return_s")
+"""The parts of a time to first token, in order (`ttft_parts`)."""
+
+
+def ttft_parts(arrival_s, queued_s, scheduled_s, first_token_s, ttft_s) -> dict:
+    """Per-request TTFT split into its parts (seconds, arrays): ``api_s`` arrival -> queued
+    (API server, tokenization), ``queue_s`` queued -> first scheduled, ``prefill_s`` first
+    scheduled -> first token (the prefill chunk steps and the first sampled token),
+    ``return_s`` the rest of the client-visible TTFT (streaming the token back). They add up
+    to ``ttft_s``. Works for an `EngineRun` (times from the workload start) and for the
+    request table of a journey-traced run (`io.otel`) alike."""
+    arrival, queued, scheduled, first, ttft = (np.asarray(x, float) for x in
+                                               (arrival_s, queued_s, scheduled_s,
+                                                first_token_s, ttft_s))
+    return {"api_s": queued - arrival, "queue_s": scheduled - queued,
+            "prefill_s": first - scheduled, "return_s": ttft - (first - arrival)}
+
+
 def _draw_records(w, cfg, constants, draws: Draws, draw_seeds, first: int = 0,
                   n_workers: int | None = None, progress=None) -> list[dict]:
     """One record per draw (in draw order): METRICS of all requests and of each stage,

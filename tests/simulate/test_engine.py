@@ -270,3 +270,20 @@ def test_workload_validation():
         Workload([0.0, 1.0], [10, 0], [1, 1])
     with pytest.raises(ValueError):
         Workload([1.0, 0.0], [10, 10], [1, 1])
+
+
+def test_ttft_parts_by_hand(constants):
+    # 1 ms steps, a 2 ms arrival -> queued delay, budget 8: request 0 (10 prompt tokens)
+    # prefills in steps 1-2 (8 + 2 tokens); request 1 (4 tokens) waits one step for the
+    # budget, then prefills in step 2 beside it. Both first tokens at 4 ms.
+    from bayesblis.simulate.results import TTFT_PARTS, ttft_parts
+
+    res = run([0, 0], [10, 4], [2, 2], constants, cfg(max_num_batched_tokens=8),
+              alpha=np.array([2000.0, 0.0, 0.0]))
+    parts = ttft_parts(np.zeros(2), res.queued_s, res.scheduled_s, res.first_token_s, res.ttft_s)
+    assert list(parts) == list(TTFT_PARTS)
+    np.testing.assert_allclose(parts["api_s"], [0.002, 0.002])
+    np.testing.assert_allclose(parts["queue_s"], [0.0, 0.001], atol=1e-12)
+    np.testing.assert_allclose(parts["prefill_s"], [0.002, 0.001])
+    np.testing.assert_allclose(parts["return_s"], [0.0, 0.0], atol=1e-12)
+    np.testing.assert_allclose(sum(parts.values()), res.ttft_s)
