@@ -13,11 +13,17 @@ def tiny_fit(tmp_path_factory):
     The suite's one fast fit on nutpie's numba backend (the default of `LatencyModel` and
     `bayesblis fit`; about a minute of compiling). It used PyMC's own sampler
     (method="pymc"), which spent minutes compiling C code on a fresh machine; that path
-    stays covered by tests/client/test_validate.py."""
+    stays covered by tests/client/test_validate.py.
+
+    4 configurations (2 GPUs x a dense and a MoE family, TP 2; llama on H100 at TP 2 is the
+    seen configuration test_coefficients.py asks for): numba's compile time grows with
+    the configurations (one matrix product each in the log density), about 40 s here
+    instead of 65 s for the 12 of `synthetic_data`'s default."""
     from bayesblis.model.hierarchy import LatencyModel
     from bayesblis.model.store import save_posterior
 
-    data, truth = synthetic_data(n_obs=30)
+    data, truth = synthetic_data(n_obs=30, families=(("llama", "dense"), ("mixtral", "moe")),
+                                 tps=(2,))
     model = LatencyModel(sampler_config={"draws": 40, "tune": 40, "chains": 1, "seed": 3,
                                          "nuts_backend": "numba"})
     model.build_model(data)
