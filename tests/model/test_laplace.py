@@ -85,9 +85,31 @@ def test_preconditioned_nutpie_samples_the_same_posterior():
 
 
 def test_latency_model_laplace_settings():
+    """laplace=True is used as asked; "auto" leaves small tables alone; a wrong setting,
+    and numba with laplace=True, are refused by name before compiling (no fit needed: the
+    fit itself is the next test's)."""
+    data, _ = synthetic_data(n_obs=60, hardware=("H100-SXM",), tps=(1, 2))
+    lm = LatencyModel(sampler_config={"draws": 40, "tune": 40, "chains": 2, "seed": 1,
+                                      "nuts_backend": "jax", "laplace": True,
+                                      "max_treedepth": 5})
+    lm.build_model(data)
+    cfg = lm.sampler_config
+    assert lm._use_laplace(cfg)
+    assert not lm._use_laplace({**cfg, "laplace": "auto"})  # 120 rows: below AUTO_MIN_ROWS
+    assert not lm._use_laplace({**cfg, "laplace": False})
+    with pytest.raises(BayesBlisError, match="laplace must be"):
+        lm.fit(progressbar=False, laplace="yes")
+    with pytest.raises(BayesBlisError, match="nuts_backend='jax'"):  # refused before compiling
+        lm.fit(progressbar=False, nuts_backend="numba")
+    assert lm._compiled is None and lm.idata is None  # neither compiled nor sampled
+
+
+@pytest.mark.slow
+def test_latency_model_fits_through_the_laplace_preconditioner():
     """laplace=True fits through the preconditioner on the JAX backend and says so in
-    fit_info; "auto" leaves small tables and the numba backend alone; numba refuses
-    laplace=True by name, before compiling."""
+    fit_info. Slow tier (a JAX compile and two chains, ~18 s): the default suite covers the
+    same path, `LatencyModel.fit` with laplace=True on JAX and fit_info["laplace"], through
+    the CLI in tests/model/test_cli_fit.py (`bayesblis fit --laplace on`)."""
     data, _ = synthetic_data(n_obs=60, hardware=("H100-SXM",), tps=(1, 2))
     lm = LatencyModel(sampler_config={"draws": 40, "tune": 40, "chains": 2, "seed": 1,
                                       "nuts_backend": "jax", "laplace": True,
@@ -99,10 +121,3 @@ def test_latency_model_laplace_settings():
     assert info["n_evals"] > 0 and info["n_dim"] == lm._compiled._n_dim
     assert (idata.posterior["sigma_step"] > 0).all()
     assert idata.posterior["beta"].shape[:2] == (2, 40)
-    cfg = lm.sampler_config
-    assert not lm._use_laplace({**cfg, "laplace": "auto"})  # 120 rows: below AUTO_MIN_ROWS
-    assert not lm._use_laplace({**cfg, "laplace": False})
-    with pytest.raises(BayesBlisError, match="laplace must be"):
-        lm.fit(progressbar=False, laplace="yes")
-    with pytest.raises(BayesBlisError, match="nuts_backend='jax'"):  # refused before compiling
-        lm.fit(progressbar=False, nuts_backend="numba")
