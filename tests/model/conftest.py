@@ -33,3 +33,35 @@ def tiny_fit(tmp_path_factory):
     path = tmp_path_factory.mktemp("fit") / "posterior.nc"
     save_posterior(model, path)
     return model, path, truth
+
+
+CLI_FIT_ARGS = ("--hardware", "H100", "--draws", "20", "--tune", "20", "--chains", "1",
+                "--max-obs-per-config", "40", "--nuts-backend", "jax",
+                "--target-accept", "0.95")
+"""`bayesblis fit` settings of `cli_fits`: a real, short nutpie fit on JAX."""
+
+
+@pytest.fixture(scope="session")
+def cli_fits(tmp_path_factory):
+    """`bayesblis fit` on the ingested bundled samples, twice side by side, each in its own
+    process on a pseudo-terminal (CLI_FIT_ARGS): as a person at a terminal runs it,
+    Laplace-preconditioned, and with --quiet and --laplace off (the preconditioning added
+    10 s to a fit here).
+    {"shown" | "quiet": (terminal output, posterior path)}.
+
+    One pair of fits for test_cli_fit.py (the shown run's posterior file) and
+    test_fit_progress.py (the progress display of both): each test ran its own fits."""
+    from click.testing import CliRunner
+
+    from bayesblis.cli import cli
+    from model_helpers import fits_in_terminals
+
+    root = tmp_path_factory.mktemp("cli_fit")
+    r = CliRunner().invoke(cli, ["ingest", "--sample", "--quiet", "--out", str(root / "ds")])
+    assert r.exit_code == 0, r.output
+    paths = {"shown": root / "shown.nc", "quiet": root / "quiet.nc"}
+    shown, quiet = fits_in_terminals(
+        ["fit", root / "ds", "--out", paths["shown"], *CLI_FIT_ARGS, "--laplace", "on"],
+        ["fit", root / "ds", "--out", paths["quiet"], *CLI_FIT_ARGS, "--laplace", "off",
+         "--quiet"])
+    return {"shown": (shown, paths["shown"]), "quiet": (quiet, paths["quiet"])}
