@@ -1,34 +1,36 @@
-"""One shared tiny real fit for the model tests."""
+"""Shared real fits for the model tests: the tiny numba fit, and the `bayesblis fit` CLI runs."""
 
 import pytest
 
-from model_helpers import synthetic_data
+from model_helpers import tiny_fleet
 
 
 @pytest.fixture(scope="session")
 def tiny_fit(tmp_path_factory):
-    """A really tiny real fit (nutpie NUTS with the package's default backend, numba; tens
-    of draws), saved to a NetCDF file.
+    """A tiny real fit (nutpie NUTS with the package's default backend, numba; 80 draws x 2
+    chains), saved to a NetCDF file: (model, path, {config: true beta} of its
+    configurations).
 
     The suite's one fast fit on nutpie's numba backend (the default of `LatencyModel` and
-    `bayesblis fit`; about a minute of compiling). It used PyMC's own sampler
+    `bayesblis fit`; compiling is most of its cost). It used PyMC's own sampler
     (method="pymc"), which spent minutes compiling C code on a fresh machine; that path
     stays covered by tests/client/test_validate.py.
 
-    4 configurations (2 GPUs x a dense and a MoE family, TP 2; llama on H100 at TP 2 is the
-    seen configuration test_coefficients.py asks for): numba's compile time grows with
-    the configurations (one matrix product each in the log density), about 40 s here
-    instead of 65 s for the 12 of `synthetic_data`'s default."""
+    Data: `model_helpers.tiny_fleet`, 3 of 4 configurations (llama on H100 at TP 2 is the
+    seen configuration test_coefficients.py asks for; the held-out A100 MoE is the new
+    configuration of test_calibrate.py, whose population this fit also is: 80 draws x 2
+    chains for its quantiles). Few configurations: numba's compile time grows with them
+    (one matrix product each in the log density), about 40 s here instead of 65 s for the
+    12 of `synthetic_data`'s default; sampling is a second or two."""
     from bayesblis.model.hierarchy import LatencyModel
     from bayesblis.model.store import save_posterior
 
-    data, truth = synthetic_data(n_obs=30, families=(("llama", "dense"), ("mixtral", "moe")),
-                                 tps=(2,))
-    model = LatencyModel(sampler_config={"draws": 40, "tune": 40, "chains": 1, "seed": 3,
+    data, truth, _, _ = tiny_fleet()
+    model = LatencyModel(sampler_config={"draws": 80, "tune": 100, "chains": 2, "seed": 3,
                                          "nuts_backend": "numba"})
     model.build_model(data)
     model.sample_prior_predictive(20)
-    with pytest.warns(Warning):  # tens of draws cannot pass the ESS threshold
+    with pytest.warns(Warning):  # this short fit does not pass the ESS and r_hat thresholds
         model.fit(method="nuts", progressbar=False)
     path = tmp_path_factory.mktemp("fit") / "posterior.nc"
     save_posterior(model, path)

@@ -6,6 +6,23 @@ benchmarks); it is re-exported here for the tests."""
 from bayesblis.model.synthetic_steps import FEATURES, LAYERS, synthetic_data  # noqa: F401
 
 
+def tiny_fleet():
+    """The synthetic data of the shared tiny fit (conftest.py `tiny_fit`): 4 configurations,
+    2 GPUs (H100, A100) x a dense and a MoE family (llama, mixtral) at TP 2, 30 steps each;
+    the last one (A100, mixtral) held out, every level of it seen in the other three.
+
+    (training ModelData, {config: true beta} of its configurations, held-out configuration
+    row, its true beta)."""
+    from bayesblis.model.data import ModelData
+
+    data, truth = synthetic_data(n_obs=30, families=(("llama", "dense"), ("mixtral", "moe")),
+                                 tps=(2,))
+    held = data.configs.iloc[-1].to_dict()
+    keep = data.configs[data.configs["config"] != held["config"]]
+    train = ModelData(keep, data.obs[data.obs["config"].isin(keep["config"])])
+    return (train, {k: truth[k] for k in keep["config"]}, held, truth[held["config"]])
+
+
 def fits_in_terminals(*argvs, timeout_s: float = 600):
     """Run `bayesblis <argv>` for each argument list side by side, each with stdout and
     stderr on its own pseudo-terminal (independent processes: their imports and compiling

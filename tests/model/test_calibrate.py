@@ -1,7 +1,8 @@
 """`bayesblis calibrate`: a new configuration's posterior with the population as the prior.
 
-One small population fit (synthetic steps from a known hierarchy, JAX NUTS) serves every
-test; the held-out configuration's data come from its known coefficients."""
+The shared tiny fit (conftest.py: synthetic steps from a known hierarchy, numba NUTS) is
+the population of every test; the held-out configuration's data come from its known
+coefficients."""
 
 import json
 
@@ -10,7 +11,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from bayesblis.model.synthetic_steps import FEATURES, LAYERS, _step_features, synthetic_data
+from bayesblis.model.synthetic_steps import FEATURES, LAYERS, _step_features
+from model_helpers import tiny_fleet
 
 LEVELS = ("model", "model_family", "arch", "hardware", "tp", "ep", "dtype")
 CALIBRATION_SAMPLER = {"draws": 150, "tune": 150, "chains": 2, "seed": 2}
@@ -19,29 +21,14 @@ CALIBRATION_SAMPLER = {"draws": 150, "tune": 150, "chains": 2, "seed": 2}
 
 
 @pytest.fixture(scope="module")
-def population(tmp_path_factory):
-    """(parent posterior path, held-out configuration row, its true beta): a fit on 3 of
-    4 synthetic configurations (2 GPUs x 2 families, dense and MoE, at TP 2; the held-out
-    one, the A100 MoE, has every level seen). A small population: a third of the compiling
-    and sampling of 11 configurations (2 GPUs x 3 families x TP 1/2)."""
-    from bayesblis.model.data import ModelData
-    from bayesblis.model.hierarchy import LatencyModel
-    from bayesblis.model.store import save_posterior
-
-    data, truth = synthetic_data(hardware=("H100-SXM", "A100-SXM-80GB"),
-                                 families=(("llama", "dense"), ("mixtral", "moe")), tps=(2,),
-                                 n_obs=20, seed=0)
-    held = data.configs.iloc[-1].to_dict()
-    keep = data.configs[data.configs["config"] != held["config"]]
-    train = ModelData(keep, data.obs[data.obs["config"].isin(keep["config"])])
-    model = LatencyModel(sampler_config={"draws": 80, "tune": 100, "chains": 2, "seed": 1,
-                                         "nuts_backend": "jax", "laplace": False})
-    model.build_model(train)
-    with pytest.warns(Warning):  # tens of draws cannot pass the ESS threshold
-        model.fit(progressbar=False)
-    path = tmp_path_factory.mktemp("calibrate") / "population.nc"
-    save_posterior(model, path)
-    return path, held, truth[held["config"]]
+def population(tiny_fit):
+    """(parent posterior path, held-out configuration row, its true beta): the shared tiny
+    fit (conftest.py; 3 of 4 synthetic configurations, 2 GPUs x a dense and a MoE family at
+    TP 2, 80 draws x 2 chains) is the population; its held-out configuration, the A100 MoE,
+    has every level seen. (A fit of its own, on JAX, took 20-35 s.)"""
+    _, path, _ = tiny_fit
+    _, _, held, held_beta = tiny_fleet()
+    return path, held, held_beta
 
 
 def _steps(row, beta, n, seed=5, noise=0.05):
