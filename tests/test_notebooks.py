@@ -28,7 +28,7 @@ NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
 CELL_TIMEOUT_S = 900
 """Per cell: generous, the shared CI machine can be slow to compile the model."""
 CI_PARAMETERS = {"MAX_OBS_PER_CONFIG": 60, "DRAWS": 30, "SIM_DRAWS": 8, "DURATION_S": 10.0,
-                 "CALIBRATION_WINDOWS": 100}
+                 "CALIBRATION_WINDOWS": 100, "CALIBRATION_DRAWS": 100}
 """Test settings of the parameters the notebooks define (each notebook gets those it has).
 DRAWS x CHAINS (2) stays >= 50: notebook 02's posterior-predictive plot shows 50 draws.
 CALIBRATION_WINDOWS (notebook 05): 100 windows per calibration instead of every window of
