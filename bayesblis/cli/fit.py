@@ -6,15 +6,25 @@ import click
 
 from bayesblis.model.laplace import CHOICES as LAPLACE_CHOICES
 
+DEFAULTS = {"draws": 500, "tune": 500, "target_accept": 0.9}
+SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
+"""Sampler defaults of --method summary (benchmarks/large_fit.py: clean at 200k-5M rows)."""
+
 
 @click.command("fit")
 @click.argument("dataset", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
               help="Posterior file to write (NetCDF), e.g. posterior.nc.")
-@click.option("--method", type=click.Choice(["nuts", "pymc", "advi"]), default="nuts",
-              show_default=True, help="nuts = nutpie NUTS; pymc = PyMC's NUTS; advi = variational.")
-@click.option("--draws", default=500, show_default=True, type=int)
-@click.option("--tune", default=500, show_default=True, type=int)
+@click.option("--method", type=click.Choice(["nuts", "pymc", "advi", "summary"]), default="nuts",
+              show_default=True,
+              help="nuts = nutpie NUTS; pymc = PyMC's NUTS; advi = variational; summary = NUTS "
+                   "on per-configuration likelihood summaries, PSIS-corrected (large step "
+                   "tables: see README, large traces).")
+@click.option("--draws", default=None, type=int,
+              help="Draws per chain [default: 500; 2000 with --method summary, whose gradient "
+                   "costs nothing per row].")
+@click.option("--tune", default=None, type=int,
+              help="Tuning steps per chain [default: 500; 1000 with --method summary].")
 @click.option("--chains", default=2, show_default=True, type=int)
 @click.option("--hardware", default=None,
               help="GPU of sources whose traces do not name one (e.g. H100 for inference-perf runs).")
@@ -30,9 +40,10 @@ from bayesblis.model.laplace import CHOICES as LAPLACE_CHOICES
               show_default=True,
               help="Precondition NUTS at the posterior mode (JAX backend; same posterior, "
                    "shorter trees and tuning on large tables). auto: from 20,000 observations.")
-@click.option("--target-accept", default=0.9, show_default=True, type=float,
-              help="NUTS target acceptance; raise it (0.95) when a chain sticks with many "
-                   "divergences (real client windows: see README, validation).")
+@click.option("--target-accept", default=None, type=float,
+              help="NUTS target acceptance [default: 0.9; 0.95 with --method summary]; raise "
+                   "it (0.95) when a chain sticks with many divergences (real client "
+                   "windows: see README, validation).")
 @click.option("--seed", default=1, show_default=True, type=int)
 @click.option("--quiet", is_flag=True,
               help="No progress display (also off when stderr is not a terminal, and in CI).")
@@ -44,6 +55,10 @@ def command(dataset, out_path, method, draws, tune, chains, hardware, max_obs_pe
     from bayesblis.io.dataset import Dataset
     from bayesblis.model.fitting import fit_and_save, load_prior_overrides
 
+    defaults = SUMMARY_DEFAULTS if method == "summary" else DEFAULTS
+    draws = defaults["draws"] if draws is None else draws
+    tune = defaults["tune"] if tune is None else tune
+    target_accept = defaults["target_accept"] if target_accept is None else target_accept
     ds = Dataset.load(dataset)
     data = build_model_data(ds, hardware=hardware,
                             max_obs_per_config=max_obs_per_config or None, seed=seed)

@@ -8,7 +8,7 @@ import arviz as az
 import numpy as np
 
 THRESHOLDS = {"r_hat_max": 1.01, "ess_per_chain_min": 100, "divergences_max": 0,
-              "e_bfmi_min": 0.3}
+              "e_bfmi_min": 0.3, "pareto_k_max": 0.7}
 """A fit passes when every one of these holds (ArviZ / Stan conventions)."""
 
 SUMMARY_VARS = ("beta_mu", "alpha_mu", "beta", "alpha", "sigma_step", "sigma_kind", "tau_run", "nu")
@@ -18,8 +18,9 @@ class DiagnosticsWarning(UserWarning):
     """A fit failed one of the diagnostic thresholds."""
 
 
-def diagnose(idata, method: str = "nuts") -> dict:
-    """Diagnostics of a fit as a plain dict; warns when a threshold fails."""
+def diagnose(idata, method: str = "nuts", importance: dict | None = None) -> dict:
+    """Diagnostics of a fit as a plain dict; warns when a threshold fails. `importance`:
+    the PSIS check of an approximate likelihood (``pareto_k``, ``ess``; method 'summary')."""
     post = idata.posterior
     n_chains = int(post.sizes["chain"])
     result = {"method": method, "chains": n_chains, "draws": int(post.sizes["draw"]),
@@ -55,6 +56,13 @@ def diagnose(idata, method: str = "nuts") -> dict:
         problems.append(f"{result['divergences']} divergent transitions")
     if result["e_bfmi_min"] is not None and result["e_bfmi_min"] < THRESHOLDS["e_bfmi_min"]:
         problems.append(f"E-BFMI min {result['e_bfmi_min']:.2f} < {THRESHOLDS['e_bfmi_min']}")
+    if importance is not None:
+        result["pareto_k"], result["importance_ess"] = importance["pareto_k"], importance["ess"]
+        if importance["ess"] < need_ess:
+            problems.append(f"importance ESS {importance['ess']:.0f} < {need_ess}")
+        if importance["pareto_k"] > THRESHOLDS["pareto_k_max"]:
+            problems.append(f"Pareto k {importance['pareto_k']:.2f} > {THRESHOLDS['pareto_k_max']}: "
+                            "the likelihood summaries misdescribe the rows (fit with nuts)")
     result["problems"] = problems
     result["passed"] = not problems
     if problems:
@@ -81,6 +89,9 @@ def format_diagnostics(diag: dict) -> str:
              f"  divergences    {diag['divergences']}",
              "  E-BFMI min     " + ("n/a" if diag["e_bfmi_min"] is None else f"{diag['e_bfmi_min']:.2f}")
              + f"   (>= {THRESHOLDS['e_bfmi_min']})"]
+    if "pareto_k" in diag:
+        lines.append(f"  Pareto k       {diag['pareto_k']:.2f}   (<= {THRESHOLDS['pareto_k_max']}; "
+                     f"importance ESS {diag['importance_ess']:.0f})")
     for problem in diag.get("problems", []):
         lines.append(f"  ! {problem}")
     return "\n".join(lines)

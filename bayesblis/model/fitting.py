@@ -35,7 +35,11 @@ def fit_and_save(data: ModelData, out_path, *, method="nuts", priors=None, sampl
 
     echo(describe_data(data))
     model = LatencyModel(priors=priors, sampler_config=sampler_config)
-    model.build_model(data)
+    if method == "summary":
+        model.build_model(data, likelihood="summary",
+                          progress=_summary_progress if progressbar else None)
+    else:
+        model.build_model(data)
     with quiet_pymc_info():
         model.sample_prior_predictive(samples=100)
     echo(f"fitting with {method} ...")
@@ -49,6 +53,14 @@ def fit_and_save(data: ModelData, out_path, *, method="nuts", priors=None, sampl
         save_posterior(model, out_path)
         echo(f"wrote {out_path}")
     return model
+
+
+def _summary_progress(done: int, total: int) -> None:
+    import sys
+
+    end = "\n" if done == total else ""
+    print(f"\rsummarising each configuration's likelihood: {done}/{total}", end=end,
+          file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

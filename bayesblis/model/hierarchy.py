@@ -77,7 +77,7 @@ DEFAULT_SAMPLER = {"draws": 500, "tune": 500, "chains": 2, "target_accept": 0.9,
                    "low_rank_mass_matrix": True, "max_treedepth": 10,
                    "seed": 1, "advi_iterations": 30000, "advi_learning_rate": 0.01,
                    "store_obs_means": True, "advi_mode": None, "nuts_backend": "numba",
-                   "laplace": "auto"}
+                   "laplace": "auto", "importance_draws": 1000}
 """``advi_mode``: pytensor compile mode of the ADVI step (None: pytensor's default, C;
 "NUMBA": longer compile, about 6x faster steps on this model); ``store_obs_means``: keep
 the per-observation ``mean_s`` in NUTS traces; ``nuts_backend``: how nutpie evaluates the
@@ -85,7 +85,9 @@ log density, "numba" (compiled once, reused by weighted refits) or "jax" (the da
 into an XLA program: compiles in seconds instead of minutes and has the faster gradient on
 large tables, see benchmarks/fit_speed.py; a weighted refit compiles again); ``laplace``:
 precondition NUTS at the posterior mode (`bayesblis.model.laplace`; JAX backend only):
-"auto" from `laplace.AUTO_MIN_ROWS` rows, True always (an error with numba), False never."""
+"auto" from `laplace.AUTO_MIN_ROWS` rows, True always (an error with numba), False never;
+``importance_draws``: method 'summary' weighs the chains thinned evenly to at most this
+many draws by the exact likelihood (its cost: draws x rows) and keeps that many."""
 
 
 class LatencyModel:
@@ -106,12 +108,16 @@ class LatencyModel:
         self._weighted_data: dict | None = None  # data a weighted refit swaps in
         self.minibatch_size: int | None = None
         self._laplace_info: dict | None = None  # the last NUTS fit's preconditioning
+        self._importance: dict | None = None  # the last summary fit's PSIS check
+        self.summaries = None  # per-configuration likelihood summaries (likelihood="summary")
+        self._chains = None  # a summary fit's NUTS draws before importance resampling
         self.idata = None
         self.fit_info: dict = {}
 
     # ------------------------------------------------------------------ build
     def build_model(self, data: ModelData, weighted: bool = False,
-                    minibatch_size: int | None = None) -> pm.Model:
+                    minibatch_size: int | None = None, likelihood: str = "rows",
+                    progress=None) -> pm.Model:
         """Create the PyMC model for `data` (no sampling).
 
         ``weighted=True`` multiplies each observation's log-likelihood by the data
@@ -122,9 +128,18 @@ class LatencyModel:
         sees a random minibatch of B observations per evaluation (``pm.Minibatch``), scaled
         to the whole table by ``total_size``; the per-observation ``mean_s`` is not kept and
         the model cannot be used with NUTS or the posterior predictive.
+
+        ``likelihood="summary"`` (for ``fit(method="summary")`` on large step tables): each
+        configuration's rows enter through a Gaussian summary of their likelihood
+        (`bayesblis.model.summary`, computed here; ``progress(done, total)`` is called per
+        configuration); no per-observation ``mean_s``, no posterior predictive.
         """
         if minibatch_size is not None and weighted:
             raise BayesBlisError("a weighted model cannot be minibatched")
+        if likelihood not in ("rows", "summary"):
+            raise BayesBlisError(f"likelihood must be 'rows' or 'summary', not {likelihood!r}")
+        if likelihood == "summary" and (weighted or minibatch_size is not None):
+            raise BayesBlisError("a summary likelihood cannot be weighted or minibatched")
         self.minibatch_size = minibatch_size
         self.data = data
         configs = data.configs
@@ -143,6 +158,11 @@ class LatencyModel:
         # step-only tables (no request-level delays) skip the alpha product: a smaller graph
         # (faster compile) and a cheaper gradient; alpha then keeps its prior
         self.alpha_in_mean = bool(alpha_matrix.any())
+        self.summaries = None
+        if likelihood == "summary":
+            from bayesblis.model.summary import summarise
+
+            self.summaries = summarise(data, beta_cols, self.alpha_features, EXACT_KINDS, progress)
         kinds = data.kinds()
         runs = data.repeated_runs()
         run_idx = data.run_slots(runs)
@@ -193,49 +213,69 @@ class LatencyModel:
             nu = pm.Deterministic(
                 "nu", 2.0 + pm.Exponential("nu_excess", 1.0 / hyper["nu_excess_mean"]))
 
-            X = pm.Data("X", beta_matrix, dims=(DIM_OBS, DIM_FEATURE))
-            XA = pm.Data("XA", alpha_matrix, dims=(DIM_OBS, DIM_ALPHA_FEATURE))
-            n_steps = pm.Data("n_steps", obs["n_steps"].to_numpy(float), dims=DIM_OBS)
-            cfg = pm.Data("config_idx", cfg_idx, dims=DIM_OBS)
-            kind = pm.Data("kind_idx", kind_idx, dims=DIM_OBS)
-            y = pm.Data("y_s", obs["y_s"].to_numpy(float), dims=DIM_OBS)
-            columns = [X, XA, n_steps, cfg, kind, y]
+            run_log_factor = None
             if data.has_repeated_runs():
-                columns.append(pm.Data("run_idx", run_idx, dims=DIM_OBS))
-            if minibatch_size is not None:  # one random subset of rows for every column
-                columns = pm.Minibatch(*columns, batch_size=int(minibatch_size))
-                X, XA, n_steps, cfg, kind, y = columns[:6]
-                mean = (X * beta[cfg]).sum(axis=-1) + (XA * alpha[cfg]).sum(axis=-1)
-            else:  # rows sorted by configuration: one matrix-vector product per configuration
-                segment = pm.Data("config_bounds", bounds)
-                mean = _segment_dot(X, beta, segment, len(configs))
-                if self.alpha_in_mean:
-                    mean = mean + _segment_dot(XA, alpha, segment, len(configs))
-            if data.has_repeated_runs():
-                run = columns[6]
                 tau_run = pm.HalfNormal("tau_run", hyper["tau_run"])
                 z_free = pm.Normal("z_run_free", 0.0, 1.0, dims="run")
                 centring = pm.Data("run_centring", data.run_centring(runs))
                 z_run = pm.Deterministic("z_run", z_free - pt.dot(centring, z_free), dims="run")
-                factor = pt.concatenate([pt.exp(tau_run * z_run), pt.ones(1)])  # lone runs: 1
-                mean = mean * factor[run]
-            if minibatch_size is None:
-                mean = pm.Deterministic("mean_s", mean, dims=DIM_OBS)
-            rel = relative_scale(sigma_step[cfg], n_steps,
-                                 kind_sigma[kind] if approx.any() else None)
-            if weighted:
-                weight = pm.Data("weight", np.ones(len(obs)), dims=DIM_OBS)
-                loglik = student_t_logp(y, nu, mean, mean * rel)
-                pm.Potential("y_loglik", (weight * loglik).sum())
+                run_log_factor = tau_run * z_run
+
+            if self.summaries is not None:
+                from bayesblis.model.summary import summary_logp
+
+                pm.Potential("y_summary", summary_logp(
+                    self.summaries, beta, alpha, sigma_step, nu,
+                    sigma_approx if approx.any() else None, run_log_factor))
             else:
-                pm.CustomDist("y_obs", nu, mean, mean * rel, dist=_student_t, logp=student_t_logp,
-                              observed=y,
-                              **({"total_size": len(obs)} if minibatch_size is not None
-                                 else {"dims": DIM_OBS}))
+                self._row_likelihood(data, beta, alpha, sigma_step,
+                                     kind_sigma if approx.any() else None, nu, run_log_factor,
+                                     beta_matrix, alpha_matrix, cfg_idx, kind_idx, run_idx, bounds,
+                                     weighted, minibatch_size)
         self.model = model
         self._compiled = None
         self._weighted_data = None
         return model
+
+    def _row_likelihood(self, data, beta, alpha, sigma_step, kind_sigma, nu, run_log_factor,
+                        beta_matrix, alpha_matrix, cfg_idx, kind_idx, run_idx, bounds, weighted,
+                        minibatch_size):
+        """Every observation row's Student-t likelihood (inside the model context)."""
+        obs, configs = data.obs, data.configs
+        X = pm.Data("X", beta_matrix, dims=(DIM_OBS, DIM_FEATURE))
+        XA = pm.Data("XA", alpha_matrix, dims=(DIM_OBS, DIM_ALPHA_FEATURE))
+        n_steps = pm.Data("n_steps", obs["n_steps"].to_numpy(float), dims=DIM_OBS)
+        cfg = pm.Data("config_idx", cfg_idx, dims=DIM_OBS)
+        kind = pm.Data("kind_idx", kind_idx, dims=DIM_OBS)
+        y = pm.Data("y_s", obs["y_s"].to_numpy(float), dims=DIM_OBS)
+        columns = [X, XA, n_steps, cfg, kind, y]
+        if data.has_repeated_runs():
+            columns.append(pm.Data("run_idx", run_idx, dims=DIM_OBS))
+        if minibatch_size is not None:  # one random subset of rows for every column
+            columns = pm.Minibatch(*columns, batch_size=int(minibatch_size))
+            X, XA, n_steps, cfg, kind, y = columns[:6]
+            mean = (X * beta[cfg]).sum(axis=-1) + (XA * alpha[cfg]).sum(axis=-1)
+        else:  # rows sorted by configuration: one matrix-vector product per configuration
+            segment = pm.Data("config_bounds", bounds)
+            mean = _segment_dot(X, beta, segment, len(configs))
+            if self.alpha_in_mean:
+                mean = mean + _segment_dot(XA, alpha, segment, len(configs))
+        if run_log_factor is not None:
+            factor = pt.concatenate([pt.exp(run_log_factor), pt.ones(1)])  # lone runs: 1
+            mean = mean * factor[columns[6]]
+        if minibatch_size is None:
+            mean = pm.Deterministic("mean_s", mean, dims=DIM_OBS)
+        rel = relative_scale(sigma_step[cfg], n_steps,
+                             kind_sigma[kind] if kind_sigma is not None else None)
+        if weighted:
+            weight = pm.Data("weight", np.ones(len(obs)), dims=DIM_OBS)
+            loglik = student_t_logp(y, nu, mean, mean * rel)
+            pm.Potential("y_loglik", (weight * loglik).sum())
+        else:
+            pm.CustomDist("y_obs", nu, mean, mean * rel, dist=_student_t, logp=student_t_logp,
+                          observed=y,
+                          **({"total_size": len(obs)} if minibatch_size is not None
+                             else {"dims": DIM_OBS}))
 
     def _proportional_groups(self, theta, reference, hyper):
         """Coefficients [config, feature] with one centred log sum per configuration and
@@ -324,6 +364,7 @@ class LatencyModel:
         """
         self._require_model()
         cfg = {**self.sampler_config, **overrides}
+        self._importance = None
         started = time.perf_counter()
         if method in ("nuts", "nutpie"):
             idata = self._fit_nutpie(cfg, progressbar)
@@ -335,8 +376,10 @@ class LatencyModel:
                                   compute_convergence_checks=False)
         elif method == "advi":
             idata = self._fit_advi(cfg, progressbar)
+        elif method == "summary":
+            idata = self._fit_summary(cfg, progressbar)
         else:
-            raise BayesBlisError(f"unknown fit method '{method}' (use nuts, pymc or advi)")
+            raise BayesBlisError(f"unknown fit method '{method}' (use nuts, pymc, advi or summary)")
         wall_s = time.perf_counter() - started
         if self.idata is not None and "prior" in self.idata.groups():
             idata.extend(self.idata)
@@ -347,12 +390,15 @@ class LatencyModel:
                          "n_obs": int(len(self.data.obs)),
                          "obs_per_kind": self.data.obs["kind"].value_counts().to_dict(),
                          "sampler_config": {k: v for k, v in cfg.items()},
-                         "diagnostics": diagnose(idata, method)}
+                         "diagnostics": diagnose(self._chains if method == "summary" else idata,
+                                                 method, self._importance)}
         from bayesblis.model.bounds import physical_bound_report
 
         self.fit_info["physical_bounds"] = physical_bound_report(idata.posterior, self.data.obs)
-        if method in ("nuts", "nutpie"):
+        if method in ("nuts", "nutpie", "summary"):
             self.fit_info["laplace"] = self._laplace_info
+        if method == "summary":
+            self.fit_info["importance"] = self._importance
         if method == "advi":  # the last 100 losses (set by _fit_advi; kept past the reset)
             self.fit_info["advi_loss"] = self._advi_loss
         return idata
@@ -397,6 +443,44 @@ class LatencyModel:
                                  progress_bar=progressbar, save_warmup=False,
                                  low_rank_modified_mass_matrix=cfg["low_rank_mass_matrix"],
                                  maxdepth=cfg["max_treedepth"])
+
+    def _fit_summary(self, cfg, progressbar):
+        """NUTS against the likelihood summaries (JAX: a small graph), then every draw
+        importance weighted by the exact likelihood of all rows, PSIS, resampled."""
+        import arviz as az
+
+        from bayesblis.model import summary
+
+        if self.summaries is None:
+            raise BayesBlisError("method 'summary' needs build_model(data, likelihood='summary')")
+        idata = self._fit_nutpie({**cfg, "nuts_backend": "jax"}, progressbar)
+        if progressbar:
+            import sys
+
+            print(f"weighting {min(post_draws(idata), cfg['importance_draws'])} draws by the "
+                  f"exact likelihood of {len(self.data.obs):,} rows ...", file=sys.stderr,
+                  flush=True)
+        n_draws = post_draws(idata)
+        thin = -(-n_draws // cfg["importance_draws"])  # weigh at most importance_draws draws
+        post = idata.posterior.isel(draw=slice(None, None, thin))
+        flat = post.stack(s=("chain", "draw"))
+        started = time.perf_counter()
+        draws = {"beta": flat["beta"].transpose("s", DIM_CONFIG, DIM_FEATURE).values,
+                 "alpha": flat["alpha"].transpose("s", DIM_CONFIG, DIM_ALPHA_FEATURE).values,
+                 "sigma_step": flat["sigma_step"].transpose("s", DIM_CONFIG).values,
+                 "nu": flat["nu"].values}
+        if "sigma_kind" in flat:
+            draws["sigma_kind"] = flat["sigma_kind"].transpose("s", "approx_kind").values
+        if "z_run" in flat:
+            draws["run_log_factor"] = (flat["tau_run"] * flat["z_run"]).transpose("s", "run").values
+        log_w = summary.log_weights(self.data, [f"f_{f}" for f in self.beta_features],
+                                    self.alpha_features, EXACT_KINDS, self.summaries, draws)
+        resampled, k, ess = summary.psis_resample(post, log_w, cfg["seed"])
+        self._importance = {"pareto_k": k, "ess": ess, "n_draws": int(len(log_w)),
+                            "weighting_s": round(time.perf_counter() - started, 2),
+                            "newton_steps_max": max(s.newton_steps for s in self.summaries)}
+        self._chains = idata  # the sampler's own chains: their convergence is diagnosed
+        return az.InferenceData(posterior=resampled, sample_stats=idata.sample_stats)
 
     def _use_laplace(self, cfg) -> bool:
         from bayesblis.model.laplace import AUTO_MIN_ROWS
@@ -546,6 +630,11 @@ scale fixed: a spread cannot be learnt from 2-4 group effects (its posterior is 
 and a free scale over so few effects makes a funnel the sampler diverges in (on the 4
 configurations of the real H100 runs, chains disagreed on the alpha configuration scale:
 r_hat 1.6)."""
+
+
+def post_draws(idata) -> int:
+    """Draws in all chains of a posterior."""
+    return int(idata.posterior.sizes["chain"] * idata.posterior.sizes["draw"])
 
 
 def _level_scale(name, short, hyper, dims=None, n_groups=None):

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from bayesblis.model.data import ModelData, config_key
-from bayesblis.model.priors import BETA_PRIORS
+from bayesblis.model.priors import BETA_PRIORS, PROPORTIONAL_GROUPS
 
 FEATURES = ["prefill_compute_s", "decode_compute_s", "weight_traffic_s", "kv_traffic_s",
             "tp_comm_s", "ep_comm_s", "offload_s", "layer_overhead_s", "request_overhead_s",
@@ -31,6 +31,12 @@ BETA_PRIORS feature but two added after this generator's truths were published:
 ``kv_token_layer_s`` (proportional to ``kv_traffic_s`` inside a configuration) and
 ``tp_sync_s`` (one more per-step constant)."""
 _COL = {name: j for j, name in enumerate(FEATURES)}
+
+MODEL_LEVELS = {level: np.array([level in BETA_PRIORS[f]["levels"] for f in FEATURES], float)
+                for level in ("hardware", "family", "config")}
+"""Per level, 1 for the features whose prior pools over it (the model's structure)."""
+GROUP_MEMBERS = [[_COL[f] for f in members if f in _COL] for members in PROPORTIONAL_GROUPS.values()]
+"""Column indices of each proportional group: one log deviation per configuration."""
 
 LAYERS = {"llama": 32, "qwen3": 40, "mixtral": 32, "qwen3_moe": 48}
 """Layer count per model family (the per-layer overhead feature)."""
@@ -44,13 +50,17 @@ FLEET_TPS = (1, 2)
 
 def synthetic_data(hardware=("H100-SXM", "A100-SXM-80GB"),
                    families=(("llama", "dense"), ("qwen3", "dense"), ("mixtral", "moe")),
-                   tps=(1, 2), n_obs=40, noise=0.05, seed=0):
+                   tps=(1, 2), n_obs=40, noise=0.05, seed=0, match_model=False):
     """(ModelData, {config: true beta vector}) with `n_obs` step observations per
-    configuration (see module docstring; `noise` is the relative step noise scale)."""
+    configuration (see module docstring; `noise` is the relative step noise scale).
+
+    ``match_model=True``: the truths follow the model's own pooling (`MODEL_LEVELS`) instead
+    of giving every coefficient a hardware, family and configuration effect."""
     rng = np.random.default_rng(seed)
     mu = np.log([BETA_PRIORS[f]["median"] for f in FEATURES])
-    u_hw = {h: rng.normal(0, 0.15, len(FEATURES)) for h in hardware}
-    u_fam = {f: rng.normal(0, 0.15, len(FEATURES)) for f, _ in families}
+    mask = MODEL_LEVELS if match_model else {level: np.ones(len(FEATURES)) for level in MODEL_LEVELS}
+    u_hw = {h: rng.normal(0, 0.15, len(FEATURES)) * mask["hardware"] for h in hardware}
+    u_fam = {f: rng.normal(0, 0.15, len(FEATURES)) * mask["family"] for f, _ in families}
     rows, obs, truth = [], [], {}
     for h in hardware:
         for fam, arch in families:
@@ -58,7 +68,11 @@ def synthetic_data(hardware=("H100-SXM", "A100-SXM-80GB"),
                 key = config_key(f"{fam}-m", h, tp)
                 rows.append(dict(config=key, model=f"{fam}-m", model_family=fam, arch=arch,
                                  hardware=h, tp=tp, ep=1, dtype="bf16"))
-                beta = np.exp(mu + u_hw[h] + u_fam[fam] + rng.normal(0, 0.05, len(FEATURES)))
+                own = rng.normal(0, 0.05, len(FEATURES)) * mask["config"]
+                if match_model:  # a proportional group's members deviate together
+                    for members in GROUP_MEMBERS:
+                        own[members] = rng.normal(0, 0.05)
+                beta = np.exp(mu + u_hw[h] + u_fam[fam] + own)
                 truth[key] = beta
                 X = _step_features(rng, n_obs, tp, LAYERS[fam])
                 y = X @ beta * (1 + noise * rng.standard_t(5, n_obs))
@@ -86,13 +100,14 @@ def _step_features(rng, n_obs: int, tp: int, n_layers: int) -> np.ndarray:
     return X
 
 
-def synthetic_fleet(n_obs_total: int, noise: float = 0.05, seed: int = 0):
+def synthetic_fleet(n_obs_total: int, noise: float = 0.05, seed: int = 0, match_model: bool = False):
     """(ModelData, truth) of the 24-configuration benchmark fleet with about
-    `n_obs_total` step observations in all (split evenly across configurations)."""
+    `n_obs_total` step observations in all (split evenly across configurations;
+    `match_model`: see `synthetic_data`)."""
     n_configs = len(FLEET_HARDWARE) * len(FLEET_FAMILIES) * len(FLEET_TPS)
     return synthetic_data(hardware=FLEET_HARDWARE, families=FLEET_FAMILIES, tps=FLEET_TPS,
                           n_obs=max(1, int(round(n_obs_total / n_configs))), noise=noise,
-                          seed=seed)
+                          seed=seed, match_model=match_model)
 
 
 def truth_coverage(posterior, truth: dict, prob: float = 0.9) -> float:
