@@ -316,9 +316,7 @@ def psis_resample(posterior, log_w: np.ndarray, seed: int):
                            .rename({"sample": "draw"}).assign_coords(draw=np.arange(n_draw))
                            for c in range(n_chain)], dim="chain")
     resampled = resampled.assign_coords(chain=posterior["chain"].values)
-    dims = [d for d in posterior.dims]
-    resampled = resampled.transpose(*dims, ...)
-    return resampled, float(k), ess
+    return resampled.transpose(*posterior.dims, ...), float(k), ess
 
 
 def _systematic(p: np.ndarray, rng) -> np.ndarray:
