@@ -19,6 +19,7 @@ Usage (from the repository root)::
 
     python3 benchmarks/large_fit.py                       # the recorded run (~12 min)
     python3 benchmarks/large_fit.py --sizes 200000 --methods summary
+    python3 benchmarks/large_fit.py --sizes 5000000 --seed 1 --out ...   # other truths
 
 Writes benchmarks/results/large_fit.json (or --out).
 """
@@ -57,8 +58,9 @@ DEFAULT_RUNS = [("nuts", 200_000), ("summary", 200_000), ("advi", 200_000),
                 ("summary", 1_000_000), ("summary", 5_000_000)]
 
 
-def one(method: str, n_obs: int, fleet: str) -> dict:
-    """Generate the fleet, fit it with `method`; the result row (run in a child process)."""
+def one(method: str, n_obs: int, fleet: str, seed: int = 0) -> dict:
+    """Generate the fleet (truths and rows from `seed`), fit it with `method`; the result row
+    (run in a child process)."""
     from fit_speed import beta_summary
 
     from bayesblis.model.hierarchy import LatencyModel
@@ -66,7 +68,7 @@ def one(method: str, n_obs: int, fleet: str) -> dict:
 
     warnings.simplefilter("ignore")
     t0 = time.perf_counter()
-    data, truth = synthetic_fleet(n_obs, match_model=fleet == "model")
+    data, truth = synthetic_fleet(n_obs, seed=seed, match_model=fleet == "model")
     generate_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     if method == "summary":
@@ -83,7 +85,8 @@ def one(method: str, n_obs: int, fleet: str) -> dict:
     diag = model.fit_info["diagnostics"]
     keep = ("r_hat_max", "ess_bulk_min", "ess_tail_min", "divergences", "pareto_k",
             "importance_ess", "passed", "problems")
-    return {"method": method, "n_rows": int(len(data.obs)), "generate_s": round(generate_s, 1),
+    return {"method": method, "n_rows": int(len(data.obs)), "truth_seed": seed,
+            "generate_s": round(generate_s, 1),
             "build_s": round(build_s, 1), "fit_s": round(model.fit_info["wall_s"], 1),
             "wall_s": round(build_s + model.fit_info["wall_s"], 1),
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -111,8 +114,9 @@ def identified_coverage(posterior, truth: dict, data) -> float:
     return round(float(np.mean(inside)), 3)
 
 
-def run_child(method: str, n_obs: int, fleet: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--one", method, str(n_obs), "--fleet", fleet],
+def run_child(method: str, n_obs: int, fleet: str, seed: int) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--one", method, str(n_obs), "--fleet", fleet,
+                          "--seed", str(seed)],
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{method} at {n_obs:,} rows failed:\n{out.stderr[-3000:]}")
@@ -125,10 +129,11 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", type=int, nargs="*", help="rows (default: the recorded runs)")
     ap.add_argument("--methods", nargs="*", default=None, choices=["summary", "nuts", "advi"])
     ap.add_argument("--fleet", choices=["model", "legacy"], default="model")
+    ap.add_argument("--seed", type=int, default=0, help="the fleet's truths and rows")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "large_fit.json")
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(one(args.one[0], int(args.one[1]), args.fleet)))
+        print(json.dumps(one(args.one[0], int(args.one[1]), args.fleet, args.seed)))
         return 0
     runs = DEFAULT_RUNS
     if args.sizes or args.methods:
@@ -141,7 +146,7 @@ def main(argv=None) -> int:
             f"{'div':>5}{'k':>6}{'cover':>7}{'ident.':>7}{'w/NUTS':>8}{'in':>6}")
     print(head, flush=True)
     for method, n_obs in runs:
-        row = run_child(method, n_obs, args.fleet)
+        row = run_child(method, n_obs, args.fleet, args.seed)
         rows.append(row)
         print(format_row(row, rows), flush=True)
     for row in rows:
@@ -169,7 +174,8 @@ def main(argv=None) -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "load_average_start": load0, "load_average_end": os.getloadavg()},
         "command": "python3 benchmarks/large_fit.py" + "".join(f" {a}" for a in sys.argv[1:]),
-        "fleet": args.fleet, "summary_sampler": SAMPLER, "nuts_sampler": NUTS, "advi": ADVI,
+        "fleet": args.fleet, "truth_seed": args.seed, "summary_sampler": SAMPLER,
+        "nuts_sampler": NUTS, "advi": ADVI,
         "runs": rows, "targets": targets})
     print(f"wrote {args.out}")
     return 0
