@@ -93,25 +93,9 @@ def one(method: str, n_obs: int, fleet: str, seed: int = 0) -> dict:
             "diagnostics": {k: diag[k] for k in keep if k in diag},
             "importance": model.fit_info.get("importance"),
             "coverage_of_truth": round(truth_coverage(idata.posterior, truth), 3),
-            "coverage_of_identified": identified_coverage(idata.posterior, truth, data),
+            "coverage_of_identified": round(truth_coverage(idata.posterior, truth,
+                                                           identified_in=data), 3),
             "beta": beta_summary(idata)}
-
-
-def identified_coverage(posterior, truth: dict, data) -> float:
-    """Coverage of the true coefficients whose feature is nonzero in their configuration's
-    rows (the others are set by the hierarchy and the priors alone)."""
-    import numpy as np
-
-    from bayesblis.model.synthetic_steps import FEATURES
-
-    beta = posterior["beta"].stack(s=("chain", "draw")).sel(feature=FEATURES)
-    touched = data.obs.groupby("config")[[f"f_{f}" for f in FEATURES]].max() > 0
-    inside = []
-    for key, true_beta in truth.items():
-        lo, hi = np.quantile(beta.sel(config=key).values, [0.05, 0.95], axis=1)
-        hit = (lo <= true_beta) & (true_beta <= hi)
-        inside.extend(hit[touched.loc[key].to_numpy()])
-    return round(float(np.mean(inside)), 3)
 
 
 def run_child(method: str, n_obs: int, fleet: str, seed: int) -> dict:

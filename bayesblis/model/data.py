@@ -81,6 +81,13 @@ class ModelData:
     def feature_columns(table: pd.DataFrame, prefix: str) -> list[str]:
         return [c for c in table.columns if c.startswith(prefix)]
 
+    def alpha_matrix(self, features: list[str]) -> np.ndarray:
+        """[observation, feature] alpha feature values (columns ``a_<feature>``), 0 where
+        the table has no such column."""
+        obs = self.obs
+        return np.column_stack([obs[f"a_{f}"].to_numpy(float) if f"a_{f}" in obs
+                                else np.zeros(len(obs)) for f in features])
+
     def has_repeated_runs(self) -> bool:
         """True when some configuration was traced in more than one run."""
         return bool((self.obs.groupby("config")["run"].nunique() > 1).any())

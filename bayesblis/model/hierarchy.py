@@ -151,19 +151,17 @@ class LatencyModel:
         unknown += [c[2:] for c in data.feature_columns(obs, "a_") if c[2:] not in self.alpha_features]
         if unknown:
             raise BayesBlisError(f"no prior for feature(s) {unknown}; pass them in priors")
-        alpha_matrix = np.zeros((len(obs), len(self.alpha_features)))
-        for j, name in enumerate(self.alpha_features):
-            if f"a_{name}" in obs.columns:
-                alpha_matrix[:, j] = obs[f"a_{name}"].to_numpy(float)
+        alpha_matrix = data.alpha_matrix(self.alpha_features)
         # step-only tables (no request-level delays) skip the alpha product: a smaller graph
         # (faster compile) and a cheaper gradient; alpha then keeps its prior
         self.alpha_in_mean = bool(alpha_matrix.any())
+        kinds = data.kinds()
+        approx_kinds = [k for k in kinds if k not in EXACT_KINDS]  # each with its own sigma_kind
         self.summaries = None
         if likelihood == "summary":
             from bayesblis.model.summary import summarise
 
-            self.summaries = summarise(data, beta_cols, self.alpha_features, EXACT_KINDS, progress)
-        kinds = data.kinds()
+            self.summaries = summarise(data, beta_cols, self.alpha_features, approx_kinds, progress)
         runs = data.repeated_runs()
         run_idx = data.run_slots(runs)
         kind_idx = obs["kind"].astype(str).map({k: i for i, k in enumerate(kinds)}).to_numpy(np.int64)
@@ -206,7 +204,7 @@ class LatencyModel:
             sigma_step = pm.HalfNormal("sigma_step", hyper["sigma_step"], dims=DIM_CONFIG)
             approx = np.array([k not in EXACT_KINDS for k in kinds], float)
             if approx.any():
-                model.add_coord("approx_kind", [k for k in kinds if k not in EXACT_KINDS])
+                model.add_coord("approx_kind", approx_kinds)
                 sigma_approx = pm.HalfNormal("sigma_kind", hyper["sigma_kind"], dims="approx_kind")
                 slot = np.cumsum(approx).astype(np.int64) - 1
                 kind_sigma = pt.switch(approx > 0, sigma_approx[np.maximum(slot, 0)], 0.0)
@@ -474,7 +472,8 @@ class LatencyModel:
         if "z_run" in flat:
             draws["run_log_factor"] = (flat["tau_run"] * flat["z_run"]).transpose("s", "run").values
         log_w = summary.log_weights(self.data, [f"f_{f}" for f in self.beta_features],
-                                    self.alpha_features, EXACT_KINDS, self.summaries, draws)
+                                    self.alpha_features, list(self.model.coords.get("approx_kind", ())),
+                                    self.summaries, draws)
         resampled, k, ess = summary.psis_resample(post, log_w, cfg["seed"])
         self._importance = {"pareto_k": k, "ess": ess, "n_draws": int(len(log_w)),
                             "weighting_s": round(time.perf_counter() - started, 2),
@@ -581,8 +580,7 @@ class LatencyModel:
             raise BayesBlisError("posterior predictive needs the fitted configurations; "
                                  "use coefficients for new ones")
         obs = data.obs
-        alpha_matrix = np.column_stack([obs[f"a_{f}"].to_numpy(float) if f"a_{f}" in obs
-                                        else np.zeros(len(obs)) for f in self.alpha_features])
+        alpha_matrix = data.alpha_matrix(self.alpha_features)
         if alpha_matrix.any() and not self.alpha_in_mean:
             raise BayesBlisError("these observations have request-level (alpha) features but "
                                  "the model was built on step observations only; build it on them")

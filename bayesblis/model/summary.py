@@ -199,16 +199,14 @@ def summarise_config(key: str, rows: _Rows, n_rows: int, n_beta: int, kinds: np.
 class _Table:
     """The observation table split by configuration, as `summarise` and `log_weights` use it."""
 
-    def __init__(self, data, beta_columns: list[str], alpha_features: list[str], exact_kinds):
+    def __init__(self, data, beta_columns: list[str], alpha_features: list[str],
+                 approx_kinds: list[str]):
         obs = data.obs
         self.n_beta = len(beta_columns)
-        alpha = np.column_stack([obs[f"a_{f}"].to_numpy(float) if f"a_{f}" in obs
-                                 else np.zeros(len(obs)) for f in alpha_features])
-        self.Z = np.hstack([obs[beta_columns].to_numpy(float), alpha])
+        self.Z = np.hstack([obs[beta_columns].to_numpy(float), data.alpha_matrix(alpha_features)])
         self.y = obs["y_s"].to_numpy(float)
         self.n_steps = obs["n_steps"].to_numpy(float)
-        approx = [k for k in data.kinds() if k not in exact_kinds]  # the model's sigma_kind order
-        self.kind_slot = obs["kind"].astype(str).map({k: i for i, k in enumerate(approx)}) \
+        self.kind_slot = obs["kind"].astype(str).map({k: i for i, k in enumerate(approx_kinds)}) \
             .fillna(-1).to_numpy(np.int64)
         runs = data.repeated_runs()
         self.run_slot = data.run_slots(runs)  # len(runs): a lone run, no factor
@@ -227,10 +225,11 @@ class _Table:
                       kinds, runs), part.stop - part.start, kinds, runs)
 
 
-def summarise(data, beta_columns: list[str], alpha_features: list[str], exact_kinds,
+def summarise(data, beta_columns: list[str], alpha_features: list[str], approx_kinds: list[str],
               progress=None) -> list[ConfigSummary]:
-    """One `ConfigSummary` per configuration of `data` (rows sorted by configuration)."""
-    table = _Table(data, beta_columns, alpha_features, exact_kinds)
+    """One `ConfigSummary` per configuration of `data` (rows sorted by configuration);
+    `approx_kinds`: the kinds with a sigma_kind of their own, in the model's order."""
+    table = _Table(data, beta_columns, alpha_features, approx_kinds)
     out = []
     for c, key in enumerate(table.configs):
         rows, n, kinds, runs = table.config(c)
@@ -269,14 +268,14 @@ def _draw_vectors(s: ConfigSummary, c: int, draws: dict) -> np.ndarray:
     return np.hstack(parts)
 
 
-def log_weights(data, beta_columns: list[str], alpha_features: list[str], exact_kinds,
+def log_weights(data, beta_columns: list[str], alpha_features: list[str], approx_kinds: list[str],
                 summaries: list[ConfigSummary], draws: dict) -> np.ndarray:
     """Importance log weights of S posterior draws (`draws`: beta [S, C, K], alpha
     [S, C, A], sigma_step [S, C], nu [S], and sigma_kind [S, kinds], run_log_factor
     [S, runs] where the model has them): exact log-likelihood over every row minus the
     summaries' value."""
     batched = _functions()[3]
-    table = _Table(data, beta_columns, alpha_features, exact_kinds)
+    table = _Table(data, beta_columns, alpha_features, approx_kinds)
     n_draws = len(draws["nu"])
     out = np.zeros(n_draws)
     for c, s in enumerate(summaries):

@@ -110,12 +110,18 @@ def synthetic_fleet(n_obs_total: int, noise: float = 0.05, seed: int = 0, match_
                           seed=seed, match_model=match_model)
 
 
-def truth_coverage(posterior, truth: dict, prob: float = 0.9) -> float:
+def truth_coverage(posterior, truth: dict, prob: float = 0.9, identified_in=None) -> float:
     """Share of true beta coefficients (`truth`: {config: vector in FEATURES order}) inside
-    their central `prob` intervals of `posterior` (an InferenceData's posterior group)."""
+    their central `prob` intervals of `posterior` (an InferenceData's posterior group).
+    `identified_in` (the fitted ModelData): only coefficients whose feature is nonzero in
+    their configuration's rows (the others are set by the hierarchy and priors alone)."""
     beta = posterior["beta"].stack(s=("chain", "draw")).sel(feature=FEATURES)
+    touched = None
+    if identified_in is not None:
+        touched = identified_in.obs.groupby("config")[[f"f_{f}" for f in FEATURES]].max() > 0
     inside = []
     for key, true_beta in truth.items():
         lo, hi = np.quantile(beta.sel(config=key).values, [(1 - prob) / 2, (1 + prob) / 2], axis=1)
-        inside.append((lo <= true_beta) & (true_beta <= hi))
+        hit = (lo <= true_beta) & (true_beta <= hi)
+        inside.extend(hit if touched is None else hit[touched.loc[key].to_numpy()])
     return float(np.mean(inside))
