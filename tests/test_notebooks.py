@@ -22,6 +22,7 @@ import pytest
 import nbformat
 import nbclient
 import ipykernel  # noqa: F401  (the kernel the notebooks run in)
+from jupyter_client.manager import AsyncKernelManager
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
@@ -81,8 +82,12 @@ def work_dir(tmp_path_factory):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path, work_dir):
     nb = with_test_parameters(nbformat.read(path, as_version=4))
+    # Unix sockets, not TCP ports: a kernel picking a free port can race another process
+    # of the parallel suite (a dask cluster, another kernel) for it ("Address already in use").
+    km = AsyncKernelManager(kernel_name="python3", transport="ipc",
+                            ip=str(work_dir / f"kernel-{path.stem[:2]}"))
     client = nbclient.NotebookClient(
-        nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+        nb, km=km, timeout=CELL_TIMEOUT_S, kernel_name="python3",
         resources={"metadata": {"path": str(NOTEBOOKS_DIR)}})  # cwd: imports nbsupport
     started = time.perf_counter()
     try:
