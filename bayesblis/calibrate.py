@@ -372,9 +372,7 @@ class Calibration:
         """A `store.Posterior` over this calibration (coefficients, simulate in memory)."""
         from bayesblis.model.store import Posterior
 
-        return Posterior(idata=self.idata, configs=self.data.configs,
-                         beta_features=self.beta_features, alpha_features=self.alpha_features,
-                         priors=self.priors, fit_info=self.fit_info)
+        return Posterior.of_fit(self)
 
 
 def calibrate(parent, configs: pd.DataFrame, obs: pd.DataFrame | None = None, *,

@@ -55,6 +55,12 @@ OBS_COLUMNS = ("config", "kind", "n_steps", "y_s", *(f"f_{f}" for f in BETA_FEAT
 KINDS = ("step_gap", "decode_window", "queue_to_first_token", "arrival_to_queue", "post_decode")
 """Observation kinds produced from OTEL traces."""
 
+FIT_KINDS = tuple(k for k in KINDS if k != "queue_to_first_token")
+"""Kinds the demo and the synthetic-fleet checks fit. `queue_to_first_token` windows are
+left out: they also hold the rest of the step during which the request queued (a known
+approximation of the reconstruction, +20-35% on short windows), which would bias the
+coefficients."""
+
 _RANK = {"QUEUED": 0, "SCHEDULED": 1, "FIRST_TOKEN": 2, "PREEMPTED": 3, "FINISHED": 4}
 
 

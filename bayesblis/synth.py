@@ -34,6 +34,7 @@ import json
 import warnings
 import zlib
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -211,6 +212,8 @@ WORKLOADS = {
                       "output_tokens": {"dist": "lognormal", "mean": 50, "std": 25, "min": 2, "max": 256}},
     "decode_heavy": {"prompt_tokens": {"dist": "lognormal", "mean": 200, "std": 100, "min": 16, "max": 1024},
                      "output_tokens": {"dist": "lognormal", "mean": 500, "std": 200, "min": 16, "max": 1500}},
+    "long_prompt": {"prompt_tokens": {"dist": "lognormal", "mean": 2200, "std": 900, "min": 1024, "max": 4096},
+                    "output_tokens": {"dist": "lognormal", "mean": 150, "std": 80, "min": 16, "max": 512}},
 }
 """Request mixes (token specs of `simulate.workload.sample_tokens`; `balanced` prompts
 start with one of 8 shared 256-token system prompts, so prefix caching and KV events
@@ -284,7 +287,8 @@ class FleetSpec:
 
     @classmethod
     def preset(cls, name: str) -> "FleetSpec":
-        """`tiny` (2 runs, 20 s, tests), `demo` (7 + 1 held out, 75 s) or `full` (24 + 2)."""
+        """`tiny` (2 runs, 20 s, tests), `demo` (7 + 1 held out, 75 s), `full` (24 + 2) or
+        `long_prompt` (6 + 1, 1-4k-token prompts at four rising rates, 120 s)."""
         if name not in PRESETS:
             raise KeyError(f"unknown fleet preset {name!r} (one of {sorted(PRESETS)})")
         return PRESETS[name]()
@@ -354,7 +358,22 @@ def _full() -> FleetSpec:
     ), duration_s=120.0)
 
 
-PRESETS = {"tiny": _tiny, "demo": _demo, "full": _full}
+def _long_prompt() -> FleetSpec:
+    """Issue #19's load-response fleet: 1-4k-token prompts at four rising rates, so prefill
+    chunks share ever more steps with decodes and the inter-token latency rises with load."""
+    R = partial(RunSpec, workload="long_prompt")
+    return FleetSpec("long_prompt", (
+        R("llama-3.1-8b", "H100-SXM", 1),
+        R("llama-3.1-8b", "A100-SXM-80GB", 2, chunk=512),
+        R("qwen2.5-7b", "A100-SXM-80GB", 1),
+        R("qwen2.5-7b", "L40S", 2, chunk=8192),
+        R("mixtral-8x7b", "H100-SXM", 2),
+        R("mistral-nemo-12b", "H100-SXM", 2),
+        R("qwen2.5-7b", "H100-SXM", 1, heldout=True),
+    ), duration_s=120.0, load_levels=(0.2, 0.4, 0.6, 0.8))
+
+
+PRESETS = {"tiny": _tiny, "demo": _demo, "full": _full, "long_prompt": _long_prompt}
 
 # ---------------------------------------------------------------------------------------
 # simulation of one run
@@ -593,6 +612,19 @@ class Fleet:
             raise KeyError(f"configuration {config_key!r} is not in this fleet "
                            f"(known: {sorted(self.truth['configs'])})")
         return {"beta": dict(c["beta"]), "alpha": dict(c["alpha"])}
+
+    def true_draws(self, config_key: str, n: int = 10):
+        """`n` copies of a configuration's true coefficients and noise as simulator `Draws`
+        (each draw then simulates its own noise)."""
+        from bayesblis.simulate.results import Draws
+
+        c = self.truth["configs"].get(config_key)
+        if c is None:
+            raise KeyError(f"configuration {config_key!r} is not in this fleet "
+                           f"(known: {sorted(self.truth['configs'])})")
+        return Draws(np.tile([c["beta"][f] for f in BETA_FEATURES], (n, 1)),
+                     np.tile([c["alpha"][f] for f in ALPHA_FEATURES], (n, 1)),
+                     c["noise_sigma"], c["noise_nu"], source="truth (bayesblis.synth)")
 
     def run_spec(self, name: str) -> RunSpec:
         for r in self.spec.runs:

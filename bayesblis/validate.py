@@ -34,6 +34,7 @@ import pandas as pd
 from bayesblis.client_windows import QUEUEING_TTFT_RATIO
 from bayesblis.constants import CI_PROB
 from bayesblis.model.data import ModelData
+from bayesblis.model.store import Posterior
 
 METRICS = {"e2e_mean_s": "e2e_mean_s", "ttft_mean_s": "ttft_mean_s", "itl_mean_s": "itl_mean_s",
            "e2e_p90_s": "e2e_p90_s"}
@@ -66,15 +67,6 @@ def overloaded_stages(measured: pd.DataFrame, has_errors: bool) -> np.ndarray:
     ttft = measured["ttft_p50_s"].to_numpy(float) if "ttft_p50_s" in measured else \
         measured["ttft_mean_s"].to_numpy(float)
     return (ttft > QUEUEING_TTFT_RATIO * per_token) | has_errors
-
-
-def _posterior_view(model):
-    """A `store.Posterior` over an in-memory fit (for coefficients.coefficient_draws)."""
-    from bayesblis.model.store import Posterior
-
-    return Posterior(idata=model.idata, configs=model.data.configs,
-                     beta_features=model.beta_features, alpha_features=model.alpha_features,
-                     priors=model.priors, fit_info=model.fit_info)
 
 
 def predict_experiment(source, posterior, *, hardware, n_draws, seed, allow_unseen,
@@ -261,7 +253,7 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
                 view, info = fit_on_all
             else:
                 model.refit_weighted(weight, method=method)
-                view = _posterior_view(model)
+                view = Posterior.of_fit(model)
                 info = _fold_info(name, model, model.fit_info["diagnostics"])
                 if weight.all():
                     fit_on_all = view, info
@@ -276,7 +268,7 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
             model.build_model(train)
             model.fit(method=method, progressbar=False)
             held_sources = [s for s in sources.values() if source_model(s, hardware) == held]
-            predict(_posterior_view(model), held_sources, held, True,
+            predict(Posterior.of_fit(model), held_sources, held, True,
                     _fold_info(held, model, model.fit_info["diagnostics"]))
     else:
         raise ValueError(f"holdout must be 'experiment' or 'model', not {holdout!r}")

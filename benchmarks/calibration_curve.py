@@ -39,7 +39,8 @@ def main(argv=None):
     from bayesblis.io.dataset import Dataset
     from bayesblis.model.data import ModelData
     from bayesblis.model.hierarchy import LatencyModel
-    from bayesblis.validate import (_posterior_view, _thin_per_run, compare, cross_fold_discrepancy,
+    from bayesblis.model.store import Posterior
+    from bayesblis.validate import (_thin_per_run, compare, cross_fold_discrepancy,
                                     expand_dirs, load_runs, predict_experiment, source_model,
                                     summarize)
 
@@ -77,7 +78,7 @@ def main(argv=None):
                                              "target_accept": 0.95})
         model.build_model(train)
         model.fit(progressbar=False)
-        parent = _posterior_view(model)
+        parent = Posterior.of_fit(model)
         held_sources = sorted((s for s in sources if source_model(s, args.hardware) == held),
                               key=lambda s: s.name)
         calib_source, targets = held_sources[0], held_sources[1:]

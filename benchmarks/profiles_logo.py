@@ -58,8 +58,7 @@ def fit(data, args, label):
           f"r_hat max {diag.get('r_hat_max', float('nan')):.3f}, divergences {diag.get('divergences')}, "
           f"{'PASS' if diag.get('passed') else 'problems: ' + '; '.join(diag.get('problems', []))}",
           flush=True)
-    post = Posterior(idata=model.idata, configs=model.data.configs, beta_features=model.beta_features,
-                     alpha_features=model.alpha_features, priors=model.priors, fit_info=model.fit_info)
+    post = Posterior.of_fit(model)
     return post, {"wall_s": wall, "n_configs": int(len(data.configs)), "n_obs": int(len(data.obs)),
                   "diagnostics": diag}
 

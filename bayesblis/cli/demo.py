@@ -21,10 +21,7 @@ from pathlib import Path
 
 import click
 
-DEFAULT_KINDS = ("step_gap", "decode_window", "arrival_to_queue", "post_decode")
-"""Observation kinds the demo fits. `queue_to_first_token` windows are left out: they
-also hold the rest of the step during which the request queued (a known approximation
-of the reconstruction, +20-35% on short windows), which would bias the coefficients."""
+from bayesblis.reconstruct import FIT_KINDS as DEFAULT_KINDS  # the observation kinds the demo fits
 
 
 class _Phases:
@@ -135,7 +132,6 @@ def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chai
             sim_duration_s, kinds, nuts_backend, quiet):
     """Run the whole pipeline on a synthetic fleet with a known truth and compare the
     held-out configuration's coefficients and latencies to it."""
-    import numpy as np
     from tqdm import tqdm
 
     from bayesblis.atomic import write_json
@@ -233,14 +229,7 @@ def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chai
     sc = fleet.scenario(run.name, duration_s=sim_duration_s)
     rng_draws = deployment_draws(posterior, dep, n_draws=sim_draws, seed=seed)
     d_post = Draws.from_coefficient_draws(rng_draws, source=f"posterior {post_path}")
-    from bayesblis.features.alpha import ALPHA_FEATURES
-    from bayesblis.features.beta import BETA_FEATURES
-
-    tc = fleet.truth["configs"][key]
-    n_true = max(5, sim_draws // 4)
-    d_true = Draws(np.tile([tc["beta"][f] for f in BETA_FEATURES], (n_true, 1)),
-                   np.tile([tc["alpha"][f] for f in ALPHA_FEATURES], (n_true, 1)),
-                   tc["noise_sigma"], tc["noise_nu"], source="truth (bayesblis.synth)")
+    d_true = fleet.true_draws(key, max(5, sim_draws // 4))
     bar = tqdm(total=d_post.n_draws + d_true.n_draws, desc="simulate", unit="draw",
                disable=not progress)
     res_post = run_scenario(sc, d_post, seed=seed, deployment=dep, progress=lambda i: bar.update(1))

@@ -57,6 +57,14 @@ class Posterior:
     """The fitted `ModelData` (configs + observation table) when the file stores it
     (group `bayesblis_observations`), else None."""
 
+    @classmethod
+    def of_fit(cls, fit) -> "Posterior":
+        """A view over an in-memory fit (a fitted `LatencyModel` or a `Calibration`: anything
+        with idata, data, beta/alpha_features, priors and fit_info), for
+        `coefficients.coefficient_draws` and the simulator without a file."""
+        return cls(idata=fit.idata, configs=fit.data.configs, beta_features=fit.beta_features,
+                   alpha_features=fit.alpha_features, priors=fit.priors, fit_info=fit.fit_info)
+
     def config_row(self, key: str):
         match = self.configs[self.configs["config"] == key]
         return None if match.empty else match.iloc[0]

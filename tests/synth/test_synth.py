@@ -4,6 +4,7 @@ end through ingest and the design, and the outlier injection."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -66,7 +67,7 @@ def _levels(run):
     return r["config"], r["arch"], r["hardware"], r["model_family"]
 
 
-@pytest.mark.parametrize("name", ["tiny", "demo", "full"])
+@pytest.mark.parametrize("name", ["tiny", "demo", "full", "long_prompt"])
 def test_presets_fit_memory_and_hold_out_a_config_with_seen_levels(name):
     spec = FleetSpec.preset(name)
     assert spec.heldout
@@ -95,6 +96,26 @@ def test_demo_and_full_presets_cover_the_brief():
     assert {r.chunk for r in full.train} == {512, 2048, 8192}
     assert {r.cpu_offload for r in full.train} == {True, False}
     assert {r.workload for r in full.train} == {"balanced", "prefill_heavy", "decode_heavy"}
+
+
+def test_long_prompt_fleet_has_long_prompts_and_rising_rates_and_its_itl_rises(tmp_path):
+    """Issue #19's load-response fleet: 1-4k-token prompts at four rising rates; with the
+    true coefficients its ITL rises with the rate (chunks share more steps with decodes)."""
+    from bayesblis.simulate.results import run_scenario
+    from bayesblis.synth import PRESETS, WORKLOADS
+
+    spec = PRESETS["long_prompt"]()
+    assert list(spec.load_levels) == sorted(spec.load_levels) and len(spec.load_levels) == 4
+    prompts = WORKLOADS["long_prompt"]["prompt_tokens"]
+    assert prompts["min"] >= 1024 and prompts["max"] <= 4096
+    one = replace(spec, runs=spec.runs[:1] + tuple(spec.heldout), duration_s=60.0)
+    fleet = generate_fleet(one, tmp_path / "fleet", seed=0, progress=False)
+    row = fleet.configs.iloc[0]
+    assert list(row["stage_rates_rps"]) == sorted(row["stage_rates_rps"])
+    res = run_scenario(fleet.scenario(row["name"]), fleet.true_draws(row["config"], 3), seed=0,
+                       deployment=fleet.run_spec(row["name"]).deployment())
+    itl = [st["itl_mean_s"]["median"] for st in res["stages"]]
+    assert itl[-1] > 1.3 * itl[0], itl
 
 
 # -- a tiny fleet, end to end -----------------------------------------------------------
@@ -205,7 +226,6 @@ def test_runs_that_do_not_fit_memory_are_skipped(tmp_path):
 
 
 def test_scenario_of_a_heldout_run_without_traces(tmp_path, tiny_fleet):
-    from dataclasses import replace
 
     spec = replace(FleetSpec.preset("tiny"), heldout_traces=False, duration_s=5.0)
     fleet = generate_fleet(spec, tmp_path, seed=0, progress=False)
