@@ -102,7 +102,8 @@ def prefill_aggregates(prompt_tokens, cached_tokens, chunk_tokens):
 
 def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens: int,
                    block_size: int = 16, prefix_tokens=0, config: str, source: str = "",
-                   min_gap_s: float | None = None, seed: int = 0) -> pd.DataFrame:
+                   min_gap_s: float | None = None, seed: int = 0,
+                   warmup_s: float = 0.0) -> pd.DataFrame:
     """Decode and TTFT window observations from one client-side request trace.
 
     `requests` needs arrival_s, ttft_s, e2e_s, prompt_tokens, output_tokens (rows with
@@ -110,7 +111,8 @@ def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens
     which this approximation cannot see, so stages where more than 1% failed, and stages
     that queue, give no window at all). Miscounted outputs are corrected for the batch
     timeline and give no decode window (io.inference_perf.correct_output_counts).
-    Returns the observation-table rows.
+    Requests arriving in the first `warmup_s` seconds give no window (they stay in the
+    timeline). Returns the observation-table rows.
     """
     ok = correct_output_counts(requests).dropna(subset=["ttft_s", "e2e_s"])
     ok = ok[(ok["e2e_s"] > ok["ttft_s"]) & (ok["ttft_s"] > 0) & (ok["output_tokens"] >= 1)]
@@ -186,6 +188,9 @@ def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens
 
     table = pd.concat(rows, ignore_index=True)
     left_out = np.union1d(queueing_requests(ok), requests_in_error_stages(requests))
+    if warmup_s > 0:
+        first = float(requests["arrival_s"].min())
+        left_out = np.union1d(left_out, ok.index[arrival < first + warmup_s])
     table = table[~table["request_id"].isin(left_out)]
     return thin_windows(table, min_gap_s=min_gap_s, seed=seed)
 
@@ -263,6 +268,9 @@ def thin_windows(table: pd.DataFrame, *, min_gap_s: float | None = None,
     return pd.concat(kept, ignore_index=True) if kept else table.iloc[:0]
 
 
+FIT_WARMUP_S = float(__import__("os").environ.get("BAYESBLIS_FIT_WARMUP_S", "0"))
+
+
 def client_observations(source, deployment) -> pd.DataFrame:
     """Observation rows of an ingested inference-perf source (bayesblis.io.dataset.Source)."""
     from bayesblis.model.data import config_row
@@ -275,4 +283,4 @@ def client_observations(source, deployment) -> pd.DataFrame:
                           max_num_batched_tokens=int(settings.get("max_num_batched_tokens") or 2048),
                           block_size=int(settings.get("block_size") or 16),
                           prefix_tokens=prefix, config=config_row(deployment)["config"],
-                          source=source.name)
+                          source=source.name, warmup_s=FIT_WARMUP_S)

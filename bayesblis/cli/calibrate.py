@@ -21,26 +21,30 @@ import click
                    "prior alone.")
 @click.option("--first-seconds", type=click.FloatRange(min=0), default=None,
               help="Keep only the requests arriving in each run's first S seconds.")
+@click.option("--warmup-s", type=click.FloatRange(min=0), default=None,
+              help="Seconds at the start of each client-traced run whose requests give no "
+                   "window (a cold server runs slower); --max-requests and --first-seconds "
+                   "count after it. [default: 20]")
 @click.option("--max-obs-per-config", default=2000, show_default=True, type=int,
               help="Subsample windows per configuration (0 = all).")
 @click.option("--as-new", is_flag=True,
               help="Answer configurations the posterior fitted as new configurations of their "
                    "levels (population-level prior; e.g. a new vLLM version of a fitted "
                    "deployment). Default: their own posterior is the prior.")
-@click.option("--draws", default=500, show_default=True, type=int)
+@click.option("--draws", default=1000, show_default=True, type=int)
 @click.option("--tune", default=300, show_default=True, type=int)
 @click.option("--chains", default=2, show_default=True, type=int)
 @click.option("--seed", default=1, show_default=True, type=int)
 @click.option("--quiet", is_flag=True,
               help="No progress display (also off when stderr is not a terminal, and in CI).")
-def command(posterior, inputs, out_path, hardware, max_requests, first_seconds,
+def command(posterior, inputs, out_path, hardware, max_requests, first_seconds, warmup_s,
             max_obs_per_config, as_new, draws, tune, chains, seed, quiet):
     """Calibrate POSTERIOR.nc to the deployment(s) of INPUTS (ingested dataset folders or
     raw traces: inference-perf folders, OTEL traces); write NEW.nc for coefficients,
     simulate and plan."""
     import time
 
-    from bayesblis.calibrate import (calibrate, calibration_data, format_calibration,
+    from bayesblis.calibrate import (WARMUP_S, calibrate, calibration_data, format_calibration,
                                      save_calibration)
     from bayesblis.console import show_progress
     from bayesblis.io.dataset import Dataset, ingest
@@ -60,7 +64,8 @@ def command(posterior, inputs, out_path, hardware, max_requests, first_seconds,
         sources += ingest(raw).sources
     configs, obs = calibration_data(Dataset(sources=sources), hardware=hardware,
                                     max_requests=max_requests, first_seconds=first_seconds,
-                                    max_obs_per_config=max_obs_per_config or None, seed=seed)
+                                    max_obs_per_config=max_obs_per_config or None, seed=seed,
+                                    warmup_s=WARMUP_S if warmup_s is None else warmup_s)
     click.echo(f"calibrating {posterior} to {len(configs)} configuration(s) on "
                f"{len(obs)} window observation(s) ...")
     cal = calibrate(parent, configs, obs, progressbar=show_progress(quiet), seed=seed,
@@ -68,7 +73,8 @@ def command(posterior, inputs, out_path, hardware, max_requests, first_seconds,
                     sampler_config={"draws": draws, "tune": tune, "chains": chains, "seed": seed})
     cal.fit_info["calibration"].update(
         {"inputs": [str(i) for i in inputs], "max_requests": max_requests,
-         "first_seconds": first_seconds, "hardware": hardware})
+         "first_seconds": first_seconds, "hardware": hardware,
+         "warmup_s": WARMUP_S if warmup_s is None else warmup_s})
     if cal.fit_info["diagnostics"].get("passed") is not None:
         click.echo(format_diagnostics(cal.fit_info["diagnostics"]))
     click.echo(format_calibration(cal))

@@ -114,6 +114,35 @@ def test_truncation_keeps_the_first_requests():
     assert len(cut.tables["steps"]) <= len(otel.tables["steps"])
 
 
+def test_calibration_windows_skip_the_warm_up_and_stop_at_the_last_kept_arrival():
+    """Client windows are exact only where every request active in them is known: after the
+    warm-up (its requests stay in the timeline) and before the last kept arrival."""
+    from bayesblis.calibrate import CLIENT_WINDOW_END, calibration_data, truncate_source
+    from bayesblis.io.dataset import Dataset, ingest, sample_paths
+
+    ip = ingest(sample_paths()[:1]).sources[0]
+    arrivals = np.sort(ip.tables["requests"]["arrival_s"].to_numpy(float))
+    cut = truncate_source(ip, max_requests=100, warmup_s=5.0)
+    span = cut.meta["calibration_windows"]
+    n_warm = int((arrivals < arrivals[0] + 5.0).sum())
+    assert 0 < n_warm and len(cut.tables["requests"]) == n_warm + 100
+    assert span["from_s"] == pytest.approx(arrivals[0] + 5.0)
+    assert span["until_s"] == pytest.approx(arrivals[n_warm + 99])
+    _, obs = calibration_data(Dataset(sources=[ip]), hardware="H100", max_requests=100,
+                              warmup_s=5.0)
+    _, everything = calibration_data(Dataset(sources=[ip]), hardware="H100", warmup_s=0.0)
+    assert 0 < len(obs) < len(everything)
+    req = cut.tables["requests"]
+    for kind, end_col in CLIENT_WINDOW_END.items():
+        ids = obs.loc[obs["kind"] == kind, "request_id"].to_numpy()
+        start = req.loc[ids, "arrival_s"].to_numpy(float)
+        assert np.all(start >= span["from_s"])
+        assert np.all(start + req.loc[ids, end_col].to_numpy(float) <= span["until_s"])
+    # a whole trace without warm-up loses nothing: its end is its own end
+    whole = truncate_source(ip, warmup_s=0.0)
+    assert whole is ip
+
+
 def test_cli_calibrates_on_inference_perf_and_coefficients_read_it(population, tmp_path):
     """The CLI path end to end (ingest, truncate, calibrate, save, coefficients read it):
     a real but very short fit (10 + 10 draws, one chain; this posterior's trees run to
