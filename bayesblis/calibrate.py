@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bayesblis.client_windows import WARMUP_S
 from bayesblis.constants import DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEATURE, DIM_OBS
 from bayesblis.errors import BayesBlisError
 from bayesblis.model.data import CONFIG_COLUMNS, ModelData
@@ -75,16 +76,6 @@ CALIBRATION_ATTR = "bayesblis_calibration_of"
 
 
 # ---------------------------------------------------------------------- inputs
-WARMUP_S = 20.0
-"""Seconds at the start of a client-traced run whose requests give no calibration window.
-In the 12 shared runs that start below capacity, the first ~100 requests (15-20 s) ran
-1.1-2.3x slower per output token and with 1.3-18x the steady TTFT than the same stage
-later, at lower concurrency: a cold server (graph capture, allocator, caches), not the
-deployment's steady speed. Calibrating on the first 50 requests taught the calibration
-that slowness (held-out E2E off by 31%, against 7% with no calibration at all). Their
-requests still occupy the batch timeline of the windows after them."""
-
-
 def truncate_source(source, *, max_requests: int | None = None,
                     first_seconds: float | None = None, warmup_s: float = 0.0):
     """A copy of an ingested source keeping only its first `max_requests` requests (by
@@ -97,9 +88,8 @@ def truncate_source(source, *, max_requests: int | None = None,
     last kept arrival] are exact: ``meta["calibration_windows"]`` records that span and
     `calibration_data` keeps only the windows inside it. OTEL: the kept requests (by
     engine queue time; unfinished ones dropped), their journey events, and the steps (and
-    their snapshots) up to the last kept request's end (the warm-up is not applied)."""
-    if max_requests is None and first_seconds is None and not warmup_s:
-        return source
+    their snapshots) up to the last kept request's end (the warm-up is not applied). Other
+    kinds, and OTEL without a cut, are returned as they are."""
     tables = dict(source.tables)
     meta = dict(source.meta)
     if source.kind == "inference_perf":

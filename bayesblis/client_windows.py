@@ -268,11 +268,22 @@ def thin_windows(table: pd.DataFrame, *, min_gap_s: float | None = None,
     return pd.concat(kept, ignore_index=True) if kept else table.iloc[:0]
 
 
-FIT_WARMUP_S = float(__import__("os").environ.get("BAYESBLIS_FIT_WARMUP_S", "0"))
+WARMUP_S = 20.0
+"""Seconds at the start of a client-traced run whose requests give no window (fit and
+calibration alike).
+In the 12 shared runs that start below capacity, the first ~100 requests (15-20 s) ran
+1.1-2.3x slower per output token and with 1.3-18x the steady TTFT than the same stage
+later, at lower concurrency: a cold server (graph capture, allocator, caches), not the
+deployment's steady speed. Calibrating on the first 50 requests taught the calibration
+that slowness (held-out E2E off by 31%, against 7% with no calibration at all); in the
+fit, skipping them took leave-one-model-out E2E from 5.2% to 3.5% (docs/measurements.md).
+Their requests still occupy the batch timeline of the windows after them."""
 
 
 def client_observations(source, deployment) -> pd.DataFrame:
-    """Observation rows of an ingested inference-perf source (bayesblis.io.dataset.Source)."""
+    """Observation rows of an ingested inference-perf source (bayesblis.io.dataset.Source),
+    without the windows of its first WARMUP_S seconds (a source cut by
+    `calibrate.truncate_source` carries its own span, which `calibration_data` applies)."""
     from bayesblis.model.data import config_row
 
     settings = source.settings
@@ -283,4 +294,5 @@ def client_observations(source, deployment) -> pd.DataFrame:
                           max_num_batched_tokens=int(settings.get("max_num_batched_tokens") or 2048),
                           block_size=int(settings.get("block_size") or 16),
                           prefix_tokens=prefix, config=config_row(deployment)["config"],
-                          source=source.name, warmup_s=FIT_WARMUP_S)
+                          source=source.name,
+                          warmup_s=0.0 if "calibration_windows" in source.meta else WARMUP_S)

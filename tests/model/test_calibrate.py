@@ -138,9 +138,14 @@ def test_calibration_windows_skip_the_warm_up_and_stop_at_the_last_kept_arrival(
         start = req.loc[ids, "arrival_s"].to_numpy(float)
         assert np.all(start >= span["from_s"])
         assert np.all(start + req.loc[ids, end_col].to_numpy(float) <= span["until_s"])
-    # a whole trace without warm-up loses nothing: its end is its own end
+    # a whole trace without warm-up keeps every window: its end is its own end
     whole = truncate_source(ip, warmup_s=0.0)
-    assert whole is ip
+    assert len(whole.tables["requests"]) == 200
+    assert whole.meta["calibration_windows"] == {"from_s": arrivals[0], "until_s": None}
+    from bayesblis.client_windows import client_observations
+    from bayesblis.design import deployment_for_source
+    dep = deployment_for_source(ip, "H100")
+    assert len(client_observations(whole, dep)) > len(client_observations(ip, dep))  # fit: warm-up off
 
 
 def test_cli_calibrates_on_inference_perf_and_coefficients_read_it(population, tmp_path):
