@@ -105,8 +105,10 @@ def _ms(v):
 @click.command("demo")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("bayesblis-demo"), show_default=True, help="Output folder.")
-@click.option("--fleet", "fleet_name", type=click.Choice(["demo", "full", "tiny"]), default="demo",
-              show_default=True, help="Synthetic fleet preset (tiny: for tests, seconds).")
+@click.option("--fleet", "fleet_name", type=click.Choice(["demo", "full", "tiny", "long_prompt"]),
+              default="demo", show_default=True,
+              help="Synthetic fleet preset (tiny: for tests, seconds; long_prompt: 1-4k-token "
+                   "prompts at four rising rates).")
 @click.option("--method", type=click.Choice(["nuts", "advi"]), default="nuts", show_default=True,
               help="Fit method: NUTS (nutpie) or ADVI.")
 @click.option("--draws", type=click.IntRange(min=10), default=300, show_default=True,
