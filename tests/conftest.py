@@ -37,8 +37,9 @@ def _shared_fixtures(item) -> list[tuple[str, str]]:
     return shared
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
+    """Union-find over tests and the shared fixtures they use; one xdist group per set."""
     parent: dict = {}
 
     def find(x):
