@@ -357,8 +357,7 @@ def _sample(model, cfg: dict, progressbar: bool) -> tuple[object, dict | None]:
                               chains=cfg["chains"], cores=min(cfg["chains"], 2),
                               target_accept=cfg["target_accept"], seed=cfg["seed"],
                               progress_bar=progressbar, save_warmup=False,
-                              maxdepth=cfg["max_treedepth"],
-                              low_rank_modified_mass_matrix=cfg.get("low_rank_mass_matrix", False))
+                              maxdepth=cfg["max_treedepth"])
     return idata, info
 
 

@@ -270,13 +270,13 @@ def thin_windows(table: pd.DataFrame, *, min_gap_s: float | None = None,
 
 WARMUP_S = 20.0
 """Seconds at the start of a client-traced run whose requests give no window (fit and
-calibration alike).
-In the 12 shared runs that start below capacity, the first ~100 requests (15-20 s) ran
-up to 2.3x slower per output token (11 of the 12) and with 1.2-18x the steady TTFT than the
-same stage later: most likely a cold server, not the deployment's steady speed. Calibrating on the first 50 requests taught the calibration
-that slowness (held-out E2E off by 31%, against 7% with no calibration at all); in the
-fit, skipping them took leave-one-model-out E2E from 5.2% to 3.5% (docs/measurements.md).
-Their requests still occupy the batch timeline of the windows after them."""
+calibration alike). In the 12 shared runs that start below capacity, the first ~100
+requests (15-20 s) ran up to 2.3x slower per output token (11 of the 12) and with 1.2-18x
+the steady TTFT than the same stage later: most likely a cold server, not the deployment's
+steady speed. Calibrating on the first 50 requests taught the calibration that slowness
+(held-out E2E off by 31%, against 7% with no calibration at all); in the fit, skipping them
+took leave-one-model-out E2E from 5.2% to 3.5% (docs/measurements.md). Their requests still
+occupy the batch timeline of the windows after them."""
 
 
 def client_observations(source, deployment) -> pd.DataFrame:

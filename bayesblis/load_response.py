@@ -18,7 +18,6 @@ import numpy as np
 CURVE_METRICS = ("itl_mean_s", "ttft_mean_s", "e2e_mean_s")
 
 
-
 def fit_fleet(fleet, *, draws: int, seed: int, max_obs_per_config: int = 400):
     """Ingest a fleet's training runs and fit them as the demo does (NUTS on JAX, the demo's
     observation kinds): (fitted LatencyModel, ModelData)."""

@@ -605,12 +605,16 @@ class Fleet:
     def train_configs(self) -> list[str]:
         return list(dict.fromkeys(self.configs.loc[~self.configs["heldout"], "config"]))
 
-    def truth_for(self, config_key: str) -> dict:
-        """{"beta": {...}, "alpha": {...}} true coefficients of a configuration key."""
+    def _config_truth(self, config_key: str) -> dict:
         c = self.truth["configs"].get(config_key)
         if c is None:
             raise KeyError(f"configuration {config_key!r} is not in this fleet "
                            f"(known: {sorted(self.truth['configs'])})")
+        return c
+
+    def truth_for(self, config_key: str) -> dict:
+        """{"beta": {...}, "alpha": {...}} true coefficients of a configuration key."""
+        c = self._config_truth(config_key)
         return {"beta": dict(c["beta"]), "alpha": dict(c["alpha"])}
 
     def true_draws(self, config_key: str, n: int = 10):
@@ -618,10 +622,7 @@ class Fleet:
         (each draw then simulates its own noise)."""
         from bayesblis.simulate.results import Draws
 
-        c = self.truth["configs"].get(config_key)
-        if c is None:
-            raise KeyError(f"configuration {config_key!r} is not in this fleet "
-                           f"(known: {sorted(self.truth['configs'])})")
+        c = self._config_truth(config_key)
         return Draws(np.tile([c["beta"][f] for f in BETA_FEATURES], (n, 1)),
                      np.tile([c["alpha"][f] for f in ALPHA_FEATURES], (n, 1)),
                      c["noise_sigma"], c["noise_nu"], source="truth (bayesblis.synth)")

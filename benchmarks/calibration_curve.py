@@ -4,8 +4,8 @@
 For every held-out model: fit the hierarchy on the other models' runs (as `bayesblis
 validate --holdout model`), then for each request budget N calibrate that population
 posterior (`bayesblis.calibrate`) on the first N requests after the warm-up
-(`calibrate.WARMUP_S`) of the model's first run (by name) and simulate the model's other runs with the calibrated draws (`validate`'s replay,
-comparison and summary). N = 0 is the population-level prediction (the plain
+(`client_windows.WARMUP_S`) of the model's first run (by name) and simulate the model's
+other runs with the calibrated draws (`validate`'s replay, comparison and summary). N = 0 is the population-level prediction (the plain
 leave-one-model-out answer). Coverage is reported twice: with the posterior's own
 intervals, and with intervals widened by the simulator discrepancy as `bayesblis validate`
 does (`validate.cross_fold_discrepancy`: per budget, each held-out model's discrepancy is

@@ -16,11 +16,9 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from bayesblis.cli.demo import DEFAULT_KINDS
-
-KINDS = tuple(DEFAULT_KINDS)
-"""Observation kinds fitted: the demo's (step gaps, decode windows, arrival -> queue and
-post-decode delays; `queue_to_first_token` windows are biased and left out)."""
+# Observation kinds fitted: the demo's (step gaps, decode windows, arrival -> queue and
+# post-decode delays; `queue_to_first_token` windows are biased and left out).
+from bayesblis.reconstruct import FIT_KINDS as KINDS
 
 
 def work_dir() -> Path:

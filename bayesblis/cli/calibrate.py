@@ -52,6 +52,7 @@ def command(posterior, inputs, out_path, hardware, max_requests, first_seconds, 
     from bayesblis.model.store import load_posterior
 
     started = time.perf_counter()
+    warmup_s = WARMUP_S if warmup_s is None else warmup_s
     parent = load_posterior(posterior)
     sources = []
     raw = []
@@ -65,7 +66,7 @@ def command(posterior, inputs, out_path, hardware, max_requests, first_seconds, 
     configs, obs = calibration_data(Dataset(sources=sources), hardware=hardware,
                                     max_requests=max_requests, first_seconds=first_seconds,
                                     max_obs_per_config=max_obs_per_config or None, seed=seed,
-                                    warmup_s=WARMUP_S if warmup_s is None else warmup_s)
+                                    warmup_s=warmup_s)
     click.echo(f"calibrating {posterior} to {len(configs)} configuration(s) on "
                f"{len(obs)} window observation(s) ...")
     cal = calibrate(parent, configs, obs, progressbar=show_progress(quiet), seed=seed,
@@ -74,7 +75,7 @@ def command(posterior, inputs, out_path, hardware, max_requests, first_seconds, 
     cal.fit_info["calibration"].update(
         {"inputs": [str(i) for i in inputs], "max_requests": max_requests,
          "first_seconds": first_seconds, "hardware": hardware,
-         "warmup_s": WARMUP_S if warmup_s is None else warmup_s})
+         "warmup_s": warmup_s})
     if cal.fit_info["diagnostics"].get("passed") is not None:
         click.echo(format_diagnostics(cal.fit_info["diagnostics"]))
     click.echo(format_calibration(cal))

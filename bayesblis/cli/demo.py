@@ -21,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from bayesblis.reconstruct import FIT_KINDS as DEFAULT_KINDS  # the observation kinds the demo fits
+from bayesblis.reconstruct import FIT_KINDS
 
 
 class _Phases:
@@ -123,7 +123,7 @@ def _ms(v):
               help="Posterior draws simulated in phase 5.")
 @click.option("--sim-duration-s", type=click.FloatRange(min=1), default=None, hidden=True,
               help="Simulated traffic of phase 5 (default: the run's duration).")
-@click.option("--kinds", default=",".join(DEFAULT_KINDS), show_default=True, hidden=True,
+@click.option("--kinds", default=",".join(FIT_KINDS), show_default=True, hidden=True,
               help="Observation kinds to fit (comma separated).")
 @click.option("--nuts-backend", type=click.Choice(["numba", "jax"]), default="jax",
               show_default=True, hidden=True,

@@ -452,13 +452,13 @@ class LatencyModel:
         if self.summaries is None:
             raise BayesBlisError("method 'summary' needs build_model(data, likelihood='summary')")
         idata = self._fit_nutpie({**cfg, "nuts_backend": "jax"}, progressbar)
+        n_draws = post_draws(idata)
         if progressbar:
             import sys
 
-            print(f"weighting {min(post_draws(idata), cfg['importance_draws'])} draws by the "
+            print(f"weighting {min(n_draws, cfg['importance_draws'])} draws by the "
                   f"exact likelihood of {len(self.data.obs):,} rows ...", file=sys.stderr,
                   flush=True)
-        n_draws = post_draws(idata)
         thin = -(-n_draws // cfg["importance_draws"])  # weigh at most importance_draws draws
         post = idata.posterior.isel(draw=slice(None, None, thin))
         flat = post.stack(s=("chain", "draw"))
