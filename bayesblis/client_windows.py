@@ -15,8 +15,10 @@ request intervals themselves (see data_specs/observations.md, "client windows"):
   Approximation: steps are spread evenly in time inside a window, so a step average equals
   a time average.
 - **TTFT window** of request r: ``ttft = alpha_const + alpha_prompt * prompt + 0.5 step``
-  (waiting for the step in flight) ``+ the step(s) that compute r's prefill`` (chunked by
-  the token budget) next to the requests decoding at r's arrival.
+  (waiting for the step in flight) ``+ 1 step`` (with async scheduling, the step already
+  scheduled behind it) ``+ the step(s) that compute r's prefill`` (chunked by the token
+  budget) next to the requests decoding at r's arrival. The waited-for steps are priced as
+  decode steps of the batch running at r's arrival; an idle server waits for none.
 
 Overlapping windows share steps, so they are not independent observations. Windows are
 thinned to at most one per ``min_gap_s`` of decode start (default: the median decode
@@ -35,6 +37,10 @@ from bayesblis.io.inference_perf import correct_output_counts, stage_of
 
 RESIDUAL_STEP_FRACTION = 0.5
 """Expected share of the in-flight step a new request waits for before it is scheduled."""
+
+ASYNC_LAG_STEPS = 1.0
+"""Steps a new request waits for under async scheduling besides the one in flight: the
+step scheduled one ahead, before it arrived (simulate/engine.py)."""
 
 
 def _active_integrals(starts, ends, slope, intercept, query_lo, query_hi):
@@ -103,7 +109,7 @@ def prefill_aggregates(prompt_tokens, cached_tokens, chunk_tokens):
 def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens: int,
                    block_size: int = 16, prefix_tokens=0, config: str, source: str = "",
                    min_gap_s: float | None = None, seed: int = 0,
-                   warmup_s: float = 0.0) -> pd.DataFrame:
+                   warmup_s: float = 0.0, async_scheduling: bool = True) -> pd.DataFrame:
     """Decode and TTFT window observations from one client-side request trace.
 
     `requests` needs arrival_s, ttft_s, e2e_s, prompt_tokens, output_tokens (rows with
@@ -160,8 +166,8 @@ def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens
         y=dur[dec], n_steps=n_steps[dec], kind="client_decode_window",
         config=config, source=source, request=ok.index.to_numpy()[dec], start=t_f[dec]))
 
-    # TTFT: residual of the in-flight step + the prefill step(s), alongside the decodes
-    # running at arrival.
+    # TTFT: residual of the in-flight step (+ the step scheduled behind it, with async
+    # scheduling) + the prefill step(s), alongside the decodes running at arrival.
     n_at, c_at = _active_at(t_f, t_e, slope, intercept, arrival)
     running = n_at > 0
     chunk_at = np.maximum(max_num_batched_tokens - n_at, 16.0)
@@ -177,12 +183,12 @@ def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens
     residual_step["num_decode_reqs"] = n_at
     residual_step["decode_context_tokens"] = c_at
     f_prefill = beta_feature_matrix(deployment, prefill_step) * k_steps[:, None]
-    f_residual = beta_feature_matrix(deployment, residual_step) * \
-        (RESIDUAL_STEP_FRACTION * running)[:, None]
+    waited = (RESIDUAL_STEP_FRACTION + (ASYNC_LAG_STEPS if async_scheduling else 0.0)) * running
+    f_residual = beta_feature_matrix(deployment, residual_step) * waited[:, None]
     ttft_feats = f_prefill + f_residual
     rows.append(_frame(ttft_feats, alpha=np.column_stack([
         np.full(len(prompt), US), prompt * US, np.zeros(len(prompt))]),
-        y=ok["ttft_s"].to_numpy(float), n_steps=k_steps + RESIDUAL_STEP_FRACTION * running,
+        y=ok["ttft_s"].to_numpy(float), n_steps=k_steps + waited,
         kind="client_ttft", config=config, source=source, request=ok.index.to_numpy(),
         start=arrival))
 
@@ -294,4 +300,5 @@ def client_observations(source, deployment) -> pd.DataFrame:
                           block_size=int(settings.get("block_size") or 16),
                           prefix_tokens=prefix, config=config_row(deployment)["config"],
                           source=source.name,
-                          warmup_s=0.0 if "calibration_windows" in source.meta else WARMUP_S)
+                          warmup_s=0.0 if "calibration_windows" in source.meta else WARMUP_S,
+                          async_scheduling=bool(settings.get("async_scheduling", True)))

@@ -547,6 +547,7 @@ def simulate_run(run: RunSpec, spec: FleetSpec, out_dir, *, truth: Truth, seed: 
                  "gpu_memory_utilization": 0.9, "block_size": cfg.block_size,
                  "enable_prefix_caching": cfg.enable_prefix_caching,
                  "enable_chunked_prefill": cfg.enable_chunked_prefill,
+                 "async_scheduling": cfg.async_scheduling,
                  "kv_offloading_size_gb": size_gb, "dtype": "auto",
                  "kv_blocks_total_gpu": cfg.kv_blocks_total},
         "synthetic": {"config": coef["config"], "workload": run.workload, "heldout": run.heldout,

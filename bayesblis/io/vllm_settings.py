@@ -7,6 +7,10 @@ Defaults are the vLLM V1 engine's (v0.8+, checked against v0.15):
   `LLM` offline use, which we do not model);
 - `block_size` 16 tokens, `gpu_memory_utilization` 0.9, `enable_prefix_caching` and
   `enable_chunked_prefill` on, no CPU offload, `dtype` 'auto';
+- `async_scheduling` on: the scheduler works one step ahead, so a request that arrives
+  while the engine is busy waits one more step for its prefill (simulate/engine.py). The
+  16 shared v0.15.1 runs show it (TTFT 2.6-3.1 decode steps); pass
+  `--no-async-scheduling` for servers that run without it;
 - `max_model_len` None means "the model's own `max_position_embeddings`";
 - `kv_blocks_total_gpu` None means "computed by vLLM at start-up" (from
   `--num-gpu-blocks-override` when given, else memory profiling).
@@ -40,6 +44,7 @@ class VllmSettings:
     block_size: int = 16
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
+    async_scheduling: bool = True
     kv_offloading_size_gb: float = 0.0
     dtype: str = "auto"
     kv_blocks_total_gpu: int | None = None
@@ -62,7 +67,7 @@ class VllmSettings:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise InputError(None, f"invalid value {value!r}", field=name, expected="a string")
-        for name in ("enable_prefix_caching", "enable_chunked_prefill"):
+        for name in ("enable_prefix_caching", "enable_chunked_prefill", "async_scheduling"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(None, f"invalid value {getattr(self, name)!r}", field=name,
                                  expected="true or false")
@@ -96,6 +101,7 @@ class VllmSettings:
             "gpu_memory_utilization": "gpu_memory_utilization", "block_size": "block_size",
             "enable_prefix_caching": "enable_prefix_caching",
             "enable_chunked_prefill": "enable_chunked_prefill", "dtype": "dtype",
+            "async_scheduling": "async_scheduling",
         }
         kwargs = {mapping[k]: v for k, v in data.items() if k in mapping}
         kwargs.update(overrides)
@@ -135,7 +141,8 @@ class VllmSettings:
             "data-parallel-size": (None, int),
         }
         flags = {"enable-prefix-caching": "enable_prefix_caching",
-                 "enable-chunked-prefill": "enable_chunked_prefill"}
+                 "enable-chunked-prefill": "enable_chunked_prefill",
+                 "async-scheduling": "async_scheduling"}
         expert_parallel = False
         i = 0
         while i < len(argv):

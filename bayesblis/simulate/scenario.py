@@ -20,11 +20,12 @@ VLLM_KEYS = {
     "max_num_batched_tokens": int, "max_num_seqs": int, "max_model_len": int,
     "gpu_memory_utilization": float, "block_size": int, "enable_prefix_caching": bool,
     "enable_chunked_prefill": bool, "kv_blocks_total": int, "cpu_offload_blocks": int,
+    "async_scheduling": bool,
 }
 VLLM_DEFAULTS = {"max_num_batched_tokens": 2048, "max_num_seqs": 256, "max_model_len": None,
                  "gpu_memory_utilization": 0.9, "block_size": 16, "enable_prefix_caching": True,
                  "enable_chunked_prefill": True, "kv_blocks_total": None,
-                 "cpu_offload_blocks": 0}
+                 "cpu_offload_blocks": 0, "async_scheduling": True}
 TOP_KEYS = {"name", "model", "hardware", "tp", "ep", "dtype", "vllm", "workload"}
 WORKLOAD_KEYS = {"seed", "arrival", "stages", "prompt_tokens", "output_tokens", "prefix"}
 
@@ -97,7 +98,8 @@ class Scenario:
                             kv_blocks_total=int(kv), block_size=int(v["block_size"]),
                             enable_prefix_caching=bool(v["enable_prefix_caching"]),
                             enable_chunked_prefill=bool(v["enable_chunked_prefill"]),
-                            cpu_offload_blocks=int(v["cpu_offload_blocks"]))
+                            cpu_offload_blocks=int(v["cpu_offload_blocks"]),
+                            async_scheduling=bool(v["async_scheduling"]))
 
     def build_workload(self, max_duration_s: float | None = None) -> Workload:
         """The request workload (generated from the spec, or the replayed one)."""
@@ -240,8 +242,9 @@ class Scenario:
         }
         if "gpu_memory_utilization" in exp:
             vllm["gpu_memory_utilization"] = float(exp["gpu_memory_utilization"])
-        if "enable_prefix_caching" in exp:
-            vllm["enable_prefix_caching"] = bool(exp["enable_prefix_caching"])
+        for flag in ("enable_prefix_caching", "async_scheduling"):
+            if flag in exp:
+                vllm[flag] = bool(exp[flag])
         tp = int(exp.get("tensor_parallelism", exp.get("tensor_parallel_size", 1)))
         common = dict(model=str(model), hardware=hardware, tp=tp, ep=1, dtype="auto", vllm=vllm,
                       name=folder.name, source=str(folder))

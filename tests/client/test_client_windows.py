@@ -45,23 +45,34 @@ def test_attention_pairs_do_not_depend_on_chunking():
     assert one["prefill_context_tokens"][0] == 96
 
 
-def test_windows_recover_simulated_truth():
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_windows_recover_simulated_truth(async_scheduling):
     """Simulate a run with known coefficients and no noise, keep only what a client sees
-    (arrival, TTFT, E2E, tokens), and check that the windows explain it with the truth."""
+    (arrival, TTFT, E2E, tokens), and check that the windows explain it with the truth,
+    with and without async scheduling; windows that assume the other scheduling misread
+    the TTFTs by a step."""
     dep = Deployment("llama-2-7b", "H100", tp=1)
     w = generate([{"rate": 6.0, "duration": 120.0}], {"dist": "normal", "mean": 600, "std": 60},
                  {"dist": "normal", "mean": 200, "std": 30}, seed=4)
     cfg = EngineConfig(max_num_batched_tokens=2048, max_num_seqs=128, max_model_len=4096,
-                       kv_blocks_total=7000, enable_prefix_caching=False)
+                       kv_blocks_total=7000, enable_prefix_caching=False,
+                       async_scheduling=async_scheduling)
     run = run_engine(w, cfg, deployment_constants(dep), BETA, ALPHA)
     req = pd.DataFrame({"arrival_s": w.arrival_s, "ttft_s": run.ttft_s, "e2e_s": run.e2e_s,
                         "prompt_tokens": w.prompt_tokens, "output_tokens": w.output_tokens,
                         "has_error": False, "stage": 0})
-    obs = client_windows(req, dep, max_num_batched_tokens=2048, config="c", min_gap_s=0.0)
-    pred = obs.filter(like="f_").to_numpy() @ BETA + obs.filter(like="a_").to_numpy() @ ALPHA
-    ratio = pred / obs["y_s"].to_numpy()
-    for kind, tol in (("client_decode_window", 0.03), ("client_ttft", 0.15)):
-        assert abs(np.median(ratio[obs["kind"] == kind]) - 1) < tol, kind
+
+    def ttft_ratio(assume_async):
+        obs = client_windows(req, dep, max_num_batched_tokens=2048, config="c", min_gap_s=0.0,
+                             async_scheduling=assume_async)
+        pred = obs.filter(like="f_").to_numpy() @ BETA + obs.filter(like="a_").to_numpy() @ ALPHA
+        ratio = pred / obs["y_s"].to_numpy()
+        assert abs(np.median(ratio[obs["kind"] == "client_decode_window"]) - 1) < 0.03
+        return np.median(ratio[obs["kind"] == "client_ttft"])
+
+    assert abs(ttft_ratio(async_scheduling) - 1) < 0.15
+    wrong = ttft_ratio(not async_scheduling)
+    assert (wrong < 0.85) if async_scheduling else (wrong > 1.15)
 
 
 def test_queueing_stages_are_recognised():
@@ -96,6 +107,12 @@ def test_real_slice_windows_and_miscounted_outputs():
     source.tables["requests"] = source.tables["requests"].iloc[:600]
     obs = client_observations(source, Deployment("llama-2-7b", "H100", tp=1))
     assert set(obs["kind"]) == {"client_decode_window", "client_ttft"}
-    # prior-median coefficients explain the real windows within ~30% (physics features)
+    # prior-median coefficients explain the real windows (physics features): decode
+    # windows within ~30%; TTFTs (2.5 steps with async scheduling, then the prefill) within
+    # ~50%: the prior prices a prefill chunk at twice its FLOP time on top of the weight
+    # streaming it overlaps with (a sum, not a roofline), about 8 ms too much here
     pred = obs.filter(like="f_").to_numpy() @ BETA + obs.filter(like="a_").to_numpy() @ ALPHA
-    assert 0.7 < np.median(pred / obs["y_s"]) < 1.3
+    ratio = pred / obs["y_s"]
+    decode = (obs["kind"] == "client_decode_window").to_numpy()
+    assert 0.7 < np.median(ratio[decode]) < 1.3
+    assert 1.0 < np.median(ratio[~decode]) < 1.5

@@ -15,8 +15,10 @@ ZERO_ALPHA = np.zeros(3)
 
 
 def cfg(**kw):
+    """Hand-checked cases schedule synchronously (a queued request joins the next step);
+    async scheduling has tests of its own below."""
     base = dict(max_num_batched_tokens=2048, max_num_seqs=128, max_model_len=4096,
-                kv_blocks_total=10_000, block_size=16)
+                kv_blocks_total=10_000, block_size=16, async_scheduling=False)
     base.update(kw)
     return EngineConfig(**base)
 
@@ -287,3 +289,29 @@ def test_ttft_parts_by_hand(constants):
     np.testing.assert_allclose(parts["prefill_s"], [0.002, 0.001])
     np.testing.assert_allclose(parts["return_s"], [0.0, 0.0], atol=1e-12)
     np.testing.assert_allclose(sum(parts.values()), res.ttft_s)
+
+
+def test_async_scheduling_admits_a_busy_engines_arrival_one_step_later(constants):
+    # request 0 decodes alone in unit steps; request 1 is queued during step 2. Without
+    # async scheduling it joins step 3; with it, step 3 was planned when step 2 started
+    # (before request 1 was queued), so it joins step 4: one step more to its first token.
+    arrival, prompt, output = [0.0, 0.0], [4, 4], [10, 2]
+    base = dict(constants=constants, group=None, prefix=None)
+    sync = run(arrival, prompt, output, config=cfg(), **base)
+    step1 = sync.steps.end_s[0]
+    t1 = step1 + 0.5 * (sync.steps.end_s[1] - step1)  # inside step 2
+    arrival = [0.0, t1]
+    sync = run(arrival, prompt, output, config=cfg(), **base)
+    lag = run(arrival, prompt, output, config=cfg(async_scheduling=True), **base)
+    assert sync.scheduled_step[1] == 3 and lag.scheduled_step[1] == 4
+    step_s = sync.steps.end_s[2] - sync.steps.start_s[2]
+    assert lag.ttft_s[1] == pytest.approx(sync.ttft_s[1] + step_s, rel=1e-9)
+
+
+def test_async_scheduling_does_not_delay_an_idle_engine(constants):
+    # one request at a time: the engine is idle when each arrives, so both schedule at once
+    arrival, prompt, output = [0.0, 5.0], [4, 4], [3, 3]
+    sync = run(arrival, prompt, output, constants, cfg())
+    lag = run(arrival, prompt, output, constants, cfg(async_scheduling=True))
+    np.testing.assert_allclose(lag.ttft_s, sync.ttft_s)
+    np.testing.assert_array_equal(lag.scheduled_step, sync.scheduled_step)
