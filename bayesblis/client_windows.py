@@ -130,6 +130,8 @@ def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens
     t_f = arrival + ok["ttft_s"].to_numpy(float)
     t_e = arrival + ok["e2e_s"].to_numpy(float)
     dur = t_e - t_f
+    if np.ndim(prefix_tokens):  # one per row of `requests`
+        prefix_tokens = pd.Series(np.asarray(prefix_tokens, float), index=requests.index)[ok.index]
     prefix = np.broadcast_to(np.asarray(prefix_tokens, float), prompt.shape)
     cached = cached_prefix_tokens(prompt, prefix, block_size)
 
@@ -252,17 +254,27 @@ def _frame(beta_feats, *, alpha, y, n_steps, kind, config, source, request, star
     return frame
 
 
+TTFT_GAP_S = 2.0
+"""Default spacing of kept TTFT windows. A TTFT spans only ~2.5 steps of the batch running
+at its arrival (async scheduling), but TTFTs far outnumber decode windows: at one per
+0.5 s they were 87% of a fit's rows, and their model's approximations (the in-flight step
+is priced as an average decode step; other prefills in the waited-for steps are ignored)
+then steered the step coefficients every configuration shares. One per 2 s, measured
+leaving one model out (seeds 1 / 2): E2E 7.5 / 11.7% -> 2.8 / 8.8%, TTFT 8.9 / 7.2% -> 5.9 /
+6.5% (docs/measurements.md, "Async scheduling")."""
+
+
 def thin_windows(table: pd.DataFrame, *, min_gap_s: float | None = None,
                  seed: int = 0) -> pd.DataFrame:
     """Keep, per kind, windows whose starts are at least `min_gap_s` apart (default: the
-    kind's median window length for decode windows, one TTFT per 0.5 s), so that kept
-    windows share few steps."""
+    kind's median window length for decode windows, one TTFT per TTFT_GAP_S), so that
+    kept windows share few steps."""
     kept = []
     for kind, group in table.groupby("kind", sort=False):
         group = group.sort_values("window_start_s")
         gap = min_gap_s
         if gap is None:
-            gap = float(np.median(group["y_s"])) if "decode" in kind else 0.5
+            gap = float(np.median(group["y_s"])) if "decode" in kind else TTFT_GAP_S
         starts = group["window_start_s"].to_numpy()
         keep = np.zeros(len(group), bool)
         next_ok = -np.inf
@@ -291,11 +303,19 @@ def client_observations(source, deployment) -> pd.DataFrame:
     `calibrate.truncate_source` carries its own span, which `calibration_data` applies)."""
     from bayesblis.model.data import config_row
 
+    from bayesblis.io.prompt_reuse import repeated_prompts
+
     settings = source.settings
     profile = (getattr(source, "extra", {}) or {}).get("profile", {}) or {}
     shared = (profile.get("data", {}) or {}).get("shared_prefix", {}) or {}
-    prefix = shared.get("system_prompt_len", 0) if settings.get("enable_prefix_caching", True) else 0
-    return client_windows(source.tables["requests"], deployment,
+    requests = source.tables["requests"]
+    prefix = 0
+    if settings.get("enable_prefix_caching", True):
+        # the shared system prompt; a prompt sent before is cached whole (io/prompt_reuse.py)
+        _, repeat = repeated_prompts(requests)
+        prefix = np.where(repeat, requests["prompt_tokens"].to_numpy(float),
+                          float(shared.get("system_prompt_len", 0)))
+    return client_windows(requests, deployment,
                           max_num_batched_tokens=int(settings.get("max_num_batched_tokens") or 2048),
                           block_size=int(settings.get("block_size") or 16),
                           prefix_tokens=prefix, config=config_row(deployment)["config"],

@@ -376,6 +376,7 @@ def _replay_inference_perf(folder, meta, stages, groups, sys_len, q_len, out_len
         output = req["output_tokens"].to_numpy(np.int64)
         err = req["has_error"].to_numpy(bool)
         pgroup = req["prefix_group"].astype(str).to_numpy()
+        prompt_id = _repeated_prompt_ids(req)
     except ImportError:
         raw = meta.get("requests") or []
         if not raw:
@@ -386,16 +387,22 @@ def _replay_inference_perf(folder, meta, stages, groups, sys_len, q_len, out_len
         output = np.array([r["output_tokens"] for r in raw], np.int64)
         err = np.array([bool(r.get("has_error")) for r in raw])
         pgroup = np.array([str(r.get("prefix_group") or "") for r in raw])
+        prompt_id = None
     prompt = np.where(prompt < 1, sys_len + q_len, prompt)
     output = np.where(output < 1, max(out_len, 1), output)
     rng = np.random.default_rng(seed)
-    if np.all(pgroup == ""):
+    if prompt_id is not None:
+        # the run cycles through a fixed prompt set (io/prompt_reuse.py): each prompt is a
+        # prefix group of its own, cached whole once computed (evictable under KV pressure)
+        group, ptok = prompt_id, prompt.copy()
+    elif np.all(pgroup == ""):
         group = rng.integers(0, max(groups, 1), size=len(arrival)).astype(np.int64)
     else:
         _, group = np.unique(pgroup, return_inverse=True)
         group = group.astype(np.int64)
         group[pgroup == ""] = -1
-    ptok = np.where(group >= 0, sys_len, 0)
+    if prompt_id is None:
+        ptok = np.where(group >= 0, sys_len, 0)
     bounds, start = [], 0.0
     for st in stages:
         bounds.append((start, start + float(st["duration"])))
@@ -403,6 +410,15 @@ def _replay_inference_perf(folder, meta, stages, groups, sys_len, q_len, out_len
     ends = np.array([b[1] for b in bounds])
     stage = np.minimum(np.searchsorted(ends, arrival, side="right"), len(bounds) - 1)
     return Workload(arrival, prompt, output, group, ptok, stage, err, bounds)
+
+
+def _repeated_prompt_ids(requests) -> np.ndarray | None:
+    """Prompt ids (send position mod the cycle) of a request table when the run cycles
+    through a fixed prompt set (io/prompt_reuse.py), else None."""
+    from bayesblis.io.prompt_reuse import repeated_prompts
+
+    prompt_id, _ = repeated_prompts(requests)
+    return prompt_id.astype(np.int64) if (prompt_id >= 0).any() else None
 
 
 def _scenario_from_trace_v2(tr, header, hardware) -> Scenario:

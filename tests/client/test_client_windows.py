@@ -107,12 +107,10 @@ def test_real_slice_windows_and_miscounted_outputs():
     source.tables["requests"] = source.tables["requests"].iloc[:600]
     obs = client_observations(source, Deployment("llama-2-7b", "H100", tp=1))
     assert set(obs["kind"]) == {"client_decode_window", "client_ttft"}
-    # prior-median coefficients explain the real windows (physics features): decode
-    # windows within ~30%; TTFTs (2.5 steps with async scheduling, then the prefill) within
-    # ~50%: the prior prices a prefill chunk at twice its FLOP time on top of the weight
-    # streaming it overlaps with (a sum, not a roofline), about 8 ms too much here
+    # prior-median coefficients explain the real windows within ~30% (physics features),
+    # TTFTs too: 2.5 steps (async scheduling) and a prefill of the few tokens a repeated
+    # prompt leaves uncached (io/prompt_reuse.py; priced as 480 fresh tokens: 1.41x)
     pred = obs.filter(like="f_").to_numpy() @ BETA + obs.filter(like="a_").to_numpy() @ ALPHA
     ratio = pred / obs["y_s"]
-    decode = (obs["kind"] == "client_decode_window").to_numpy()
-    assert 0.7 < np.median(ratio[decode]) < 1.3
-    assert 1.0 < np.median(ratio[~decode]) < 1.5
+    for kind in ("client_decode_window", "client_ttft"):
+        assert 0.7 < np.median(ratio[(obs["kind"] == kind).to_numpy()]) < 1.3, kind
