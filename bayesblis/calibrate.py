@@ -211,11 +211,12 @@ def population_prior(parent, row: dict, *, n_draws: int = PRIOR_DRAWS, seed: int
     is answered as a new configuration of its levels (its own fitted effect ignored; e.g.
     a new vLLM version of a fitted deployment).
 
-    Returns {"mean": m, "cov": S (regularised), "draws": log-coefficient draws [S, K]
-    (parent's beta features, extra beta, parent's alpha features, extra alpha),
+    Returns {"mean": m, "cov": S (regularised), "draws": draws [S, K] of log(coefficient -
+    floor) (parent's beta features, extra beta, parent's alpha features, extra alpha),
+    "floor": [K] the coefficients' physical floors (model/priors.py),
     "sigma_step": [S] draws, "seen_config", "unseen_levels"}."""
     from bayesblis.coefficients import coefficient_draws
-    from bayesblis.model.priors import merge_priors
+    from bayesblis.model.priors import floor_of, log_excess_median, merge_priors
 
     known = merge_priors(None)
     rng = np.random.default_rng(seed)
@@ -228,8 +229,15 @@ def population_prior(parent, row: dict, *, n_draws: int = PRIOR_DRAWS, seed: int
 
     def extra(section, names, n):
         spec = [parent.priors.get(section, {}).get(f) or known[section][f] for f in names]
-        return np.column_stack([rng.normal(np.log(p["median"]), p["log_sd"], n) for p in spec]
+        return np.column_stack([rng.normal(log_excess_median(p), p["log_sd"], n) for p in spec]
                                ) if names else np.zeros((n, 0))
+
+    def floor(section, names):
+        return np.array([floor_of(parent.priors.get(section, {}).get(f) or known[section][f])
+                         for f in names], float)
+
+    floor_beta = floor("beta", list(parent.beta_features))
+    floor_alpha = floor("alpha", list(parent.alpha_features))
 
     levels = {k: row[k] for k in ("model", "model_family", "arch", "hardware", "tp", "ep",
                                   "dtype")}
@@ -239,8 +247,9 @@ def population_prior(parent, row: dict, *, n_draws: int = PRIOR_DRAWS, seed: int
         cd = coefficient_draws(parent, **levels, allow_unseen=True, seed=seed + rep,
                                new_run=False)
         n = cd.n_draws
-        parts.append(np.hstack([np.log(cd.beta), extra("beta", list(extra_beta), n),
-                                np.log(cd.alpha), extra("alpha", list(extra_alpha), n)]))
+        parts.append(np.hstack([np.log(cd.beta - floor_beta), extra("beta", list(extra_beta), n),
+                                np.log(cd.alpha - floor_alpha),
+                                extra("alpha", list(extra_alpha), n)]))
         sigmas.append(cd.noise_sigma)
         rep += 1
         if cd.seen_config:  # its own posterior draws: nothing fresh to repeat
@@ -250,7 +259,10 @@ def population_prior(parent, row: dict, *, n_draws: int = PRIOR_DRAWS, seed: int
     cov = np.atleast_2d(np.cov(draws, rowvar=False))
     cov = (1 - COV_SHRINK) * cov + COV_SHRINK * np.diag(np.diag(cov))
     cov[np.diag_indices_from(cov)] += COV_JITTER
-    return {"mean": mean, "cov": cov, "draws": draws, "sigma_step": np.concatenate(sigmas),
+    floor_all = np.concatenate([floor_beta, floor("beta", list(extra_beta)), floor_alpha,
+                                floor("alpha", list(extra_alpha))])
+    return {"mean": mean, "cov": cov, "draws": draws, "floor": floor_all,
+            "sigma_step": np.concatenate(sigmas),
             "seen_config": bool(cd.seen_config), "unseen_levels": dict(cd.unseen_levels)}
 
 
@@ -302,8 +314,10 @@ def build_calibration_model(parent, configs: pd.DataFrame, obs: pd.DataFrame,
             chol = np.linalg.cholesky(prior["cov"])
             thetas.append(prior["mean"] + pt.dot(chol, z))
         theta = pt.stack(thetas)
-        beta = pm.Deterministic("beta", pt.exp(theta[:, :n_beta]), dims=(DIM_CONFIG, DIM_FEATURE))
-        alpha = pm.Deterministic("alpha", pt.exp(theta[:, n_beta:]),
+        floor = priors[0]["floor"]
+        beta = pm.Deterministic("beta", floor[:n_beta] + pt.exp(theta[:, :n_beta]),
+                                dims=(DIM_CONFIG, DIM_FEATURE))
+        alpha = pm.Deterministic("alpha", floor[n_beta:] + pt.exp(theta[:, n_beta:]),
                                  dims=(DIM_CONFIG, DIM_ALPHA_FEATURE))
         sig = np.array([_lognormal(p["sigma_step"]) for p in priors])
         sigma_step = pm.LogNormal("sigma_step", sig[:, 0], sig[:, 1], dims=DIM_CONFIG)
@@ -370,11 +384,13 @@ def _prior_idata(parent, configs, priors, cfg, beta_f, alpha_f):
     n_beta = len(beta_f)
     theta = np.stack([rng.multivariate_normal(p["mean"], p["cov"], size=shape) for p in priors],
                      axis=2)  # chain, draw, config, K
+    floor = priors[0]["floor"]
     nu_mu, nu_sd = _lognormal(_stacked(parent.idata.posterior, "nu") - 2.0)
     sig = np.stack([np.exp(rng.normal(*_lognormal(p["sigma_step"]), size=shape))
                     for p in priors], axis=2)
     return az.from_dict(
-        posterior={"beta": np.exp(theta[..., :n_beta]), "alpha": np.exp(theta[..., n_beta:]),
+        posterior={"beta": floor[:n_beta] + np.exp(theta[..., :n_beta]),
+                   "alpha": floor[n_beta:] + np.exp(theta[..., n_beta:]),
                    "sigma_step": sig, "nu": 2.0 + np.exp(rng.normal(nu_mu, nu_sd, size=shape))},
         coords={DIM_CONFIG: list(configs["config"]), DIM_FEATURE: list(beta_f),
                 DIM_ALPHA_FEATURE: list(alpha_f)},
@@ -454,7 +470,8 @@ def calibrate(parent, configs: pd.DataFrame, obs: pd.DataFrame | None = None, *,
             "seen_config": {k: p["seen_config"] for k, p in zip(configs["config"], priors)},
             "unseen_levels": {k: p["unseen_levels"] for k, p in zip(configs["config"], priors)},
             "prior": {k: {"mean": p["mean"].tolist(),
-                          "sd": np.sqrt(np.diag(p["cov"])).tolist()}
+                          "sd": np.sqrt(np.diag(p["cov"])).tolist(),
+                          "floor": p["floor"].tolist()}
                       for k, p in zip(configs["config"], priors)}}
     if len(obs):
         model, data = build_calibration_model(parent, configs, obs, priors, beta_f, alpha_f)
@@ -530,9 +547,10 @@ def format_calibration(calibration: Calibration, prob: float | None = None) -> s
             draws = post[var].sel({DIM_CONFIG: key, dim: name}).values
             s = summarize_draws(draws, prob)
             m, sd = prior["mean"][j], prior["sd"][j]
-            plo, phi = np.exp(m - z * sd), np.exp(m + z * sd)
+            floor = prior.get("floor", [0.0] * len(names))[j]
+            plo, phi = floor + np.exp(m - z * sd), floor + np.exp(m + z * sd)
             ratio = (s["hi"] - s["lo"]) / (phi - plo) if phi > plo else float("nan")
-            lines.append(f"  {name:<22} {np.exp(m):>12.4g} "
+            lines.append(f"  {name:<22} {floor + np.exp(m):>12.4g} "
                          f"{'[' + format(plo, '.3g') + ', ' + format(phi, '.3g') + ']':>22} "
                          f"{s['median']:>11.4g} "
                          f"{'[' + format(s['lo'], '.3g') + ', ' + format(s['hi'], '.3g') + ']':>22}"

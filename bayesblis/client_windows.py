@@ -155,14 +155,19 @@ def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens
     rows = []
     dec = (out >= 2) & ~ok["output_count_suspect"].to_numpy(bool)
     n_steps = np.where(dec, out - 1, 0)
-    per_step = {
-        "num_decode_reqs": avg_decode,
-        "decode_context_tokens": avg_context,
-        **{k: v / np.maximum(n_steps, 1) for k, v in window_prefill.items()},
-        "offload_blocks": np.zeros_like(avg_decode),
-    }
-    decode_feats = beta_feature_matrix(deployment, {k: per_step[k][dec] for k in AGGREGATES})
-    decode_feats = decode_feats * n_steps[dec, None]
+    # The window's steps: the other requests' prefill chunks each ride in a step of their
+    # own (mixed steps: the decodes plus one average chunk), the rest decode only. Compute
+    # is priced on a roofline (features.beta), so spreading the chunks thinly over every
+    # step would hide their FLOPs under the weight streaming.
+    n_mixed = np.minimum(window_prefill["num_prefill_reqs"], n_steps)
+    plain = {"num_decode_reqs": avg_decode, "decode_context_tokens": avg_context,
+             **{k: np.zeros_like(avg_decode) for k in window_prefill},
+             "offload_blocks": np.zeros_like(avg_decode)}
+    mixed = {**plain, **{k: v / np.maximum(n_mixed, 1) for k, v in window_prefill.items()}}
+    decode_feats = (beta_feature_matrix(deployment, {k: mixed[k][dec] for k in AGGREGATES})
+                    * n_mixed[dec, None]
+                    + beta_feature_matrix(deployment, {k: plain[k][dec] for k in AGGREGATES})
+                    * (n_steps - n_mixed)[dec, None])
     rows.append(_frame(decode_feats, alpha=np.column_stack([
         np.zeros(dec.sum()), np.zeros(dec.sum()), out[dec] * US]),
         y=dur[dec], n_steps=n_steps[dec], kind="client_decode_window",

@@ -17,7 +17,7 @@ from bayesblis.constants import CI_PROB, DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEAT
 from bayesblis.errors import UnseenLevelError
 from bayesblis.model.data import config_key, config_row, tp_of
 from bayesblis.model.hierarchy import LEVELS
-from bayesblis.model.priors import PROPORTIONAL_GROUPS
+from bayesblis.model.priors import PROPORTIONAL_GROUPS, floors
 
 LEVEL_COLUMNS = {short: column for short, _, column in LEVELS}
 
@@ -113,8 +113,9 @@ def coefficient_draws(posterior, *, model: str, model_family: str, arch: str, ha
                 + str(post.attrs.get("bayesblis_calibration_of", "another posterior"))
                 + "; ask that posterior for other configurations)")
         seen = {short: set(posterior.configs[column].astype(str)) for short, column in LEVEL_COLUMNS.items()}
-        beta = _population_draws(post, "beta", DIM_FEATURE, values, seen, rng)
-        alpha = _population_draws(post, "alpha", DIM_ALPHA_FEATURE, values, seen, rng)
+        beta = _population_draws(post, "beta", DIM_FEATURE, values, seen, rng, posterior.priors)
+        alpha = _population_draws(post, "alpha", DIM_ALPHA_FEATURE, values, seen, rng,
+                                  posterior.priors)
         sigma = sigma_all[np.arange(n_total), rng.integers(0, sigma_all.shape[1], n_total)]
     if new_run and "tau_run" in post:
         factor = np.exp(_stacked(post, "tau_run").values * rng.standard_normal(n_total))
@@ -148,8 +149,9 @@ def level_effects(post, name: str, dim: str):
         yield short, column, cols, tau, effects
 
 
-def _population_draws(post, name, dim, values, seen, rng):
-    """exp(mu + level effects + a fresh config effect) for an unfitted configuration.
+def _population_draws(post, name, dim, values, seen, rng, priors):
+    """floor + exp(mu + level effects + a fresh config effect) for an unfitted
+    configuration (floors: the fit's `priors`, model/priors.py).
 
     Seen levels contribute their posterior effects (0 when the fit gave that level no
     effect); unseen ones (and the new configuration itself) a fresh Normal(0, tau) draw per
@@ -172,7 +174,7 @@ def _population_draws(post, name, dim, values, seen, rng):
         group = [features.index(f) for f in members if f in features]
         tau = _stacked(post, f"beta_tau_{group_name}").values
         theta[:, group] += (tau * rng.standard_normal(tau.shape))[:, None]
-    return np.exp(theta)
+    return floors(priors[name], features) + np.exp(theta)
 
 
 def deployment_draws(posterior, deployment, **kwargs) -> CoefficientDraws:

@@ -193,7 +193,8 @@ def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chai
         model.fit(method=method, progressbar=progress)
     diag = model.fit_info["diagnostics"]
     click.echo(format_diagnostics(diag))
-    click.echo(format_bound_report(physical_bound_report(model.idata.posterior, md.obs)))
+    click.echo(format_bound_report(physical_bound_report(model.idata.posterior, md.obs,
+                                                         floors=model.floors())))
     post_path = save_posterior(model, out / "posterior.nc")
     ph.done(f"posterior -> {post_path}")
 

@@ -1,15 +1,22 @@
 """Step (beta) features: seconds of physics per engine step from batch aggregates.
 
 Every feature is in seconds; the step-time model is linear in the coefficients:
-``step_time_s = beta_features(...) @ beta``. Compute features are FLOPs over peak
-FLOP/s (coefficient ~ 1/MFU), traffic features bytes over bandwidth (coefficient ~
-1/achieved-fraction), overhead features counts x 1e-6 (coefficient in µs; per
-(KV token, layer): x 1e-9, coefficient in ns).
-Formulas and priors: data_specs/features.md.
+``step_time_s = beta_features(...) @ beta``. Traffic features are bytes over bandwidth
+(coefficient ~ 1/achieved-fraction), overhead features counts x 1e-6 (coefficient in µs;
+per (KV token, layer): x 1e-9, coefficient in ns).
 
-All features but `weight_traffic_s` of an MoE model are affine in the aggregates;
-`FeatureMap` exposes that structure (matrix + bias + one nonlinear MoE term) for
-compiled simulators.
+Compute is priced on a roofline: a step's GEMMs overlap its weight and KV streaming, so
+the compute features are the FLOP time *beyond* the memory time (`roofline_excess`),
+``max(0, C - ROOFLINE_MFU x M)`` with C the FLOPs over peak FLOP/s and M the weight and
+KV bytes over peak bandwidth, split between prefill and decode by their FLOPs. A decode
+step of a few dozen requests is then priced by its bytes alone, a long prefill chunk by
+its FLOPs, and every coefficient keeps a physical floor: with all of them >= 1 a step
+takes at least max(C, M), its datasheet roofline. Formulas and priors:
+data_specs/features.md.
+
+All features are affine in the aggregates but `weight_traffic_s` of an MoE model and
+the two compute features (the roofline); `FeatureMap` exposes that structure (matrix +
+bias, then the MoE term and the roofline) for compiled simulators.
 """
 
 from __future__ import annotations
@@ -62,12 +69,36 @@ tp_sync_s into the per-layer β5 and drops the others."""
 _A = {name: i for i, name in enumerate(AGGREGATES)}
 _F = {name: i for i, name in enumerate(BETA_FEATURES)}
 WEIGHT_TRAFFIC_INDEX = _F["weight_traffic_s"]
+COMPUTE_INDICES = (_F["prefill_compute_s"], _F["decode_compute_s"])
+MEMORY_INDICES = (_F["weight_traffic_s"], _F["kv_traffic_s"])
+
+ROOFLINE_MFU = 1.0
+"""Where the roofline bends: compute starts to cost once its FLOP time at this multiple of
+the peak exceeds the memory time at peak bandwidth, i.e. at the datasheet ridge point.
+The compute coefficients (~ 1/MFU, >= 1) price what lies beyond. (0.5 was tried first:
+it charged the ~500-token prefill chunks of the shared runs 3 ms more per step than their
+TTFTs show, docs/measurements.md.)"""
+
+
+def roofline_excess(features: np.ndarray) -> np.ndarray:
+    """Turn the raw FLOP-time columns of `features` [n, len(BETA_FEATURES)] (in place,
+    also returned) into their excess over the memory time: the step's compute
+    C = prefill + decode FLOPs / peak becomes ``max(0, C - ROOFLINE_MFU x M)`` (M =
+    weight + KV bytes / peak bandwidth), shared by prefill and decode as their FLOPs."""
+    p, d = COMPUTE_INDICES
+    compute = features[:, p] + features[:, d]
+    memory = features[:, MEMORY_INDICES[0]] + features[:, MEMORY_INDICES[1]]
+    excess = np.maximum(compute - ROOFLINE_MFU * memory, 0.0)
+    share = np.divide(excess, compute, out=np.zeros_like(compute), where=compute > 0)
+    features[:, p] *= share
+    features[:, d] *= share
+    return features
 
 
 @dataclass(frozen=True)
 class FeatureMap:
-    """features = A @ weights + bias + moe_term(T) e_weight_traffic, where A is
-    [n_steps, len(AGGREGATES)], T = prefill_tokens + num_decode_reqs and
+    """features = roofline_excess(A @ weights + bias + moe_term(T) e_weight_traffic),
+    where A is [n_steps, len(AGGREGATES)], T = prefill_tokens + num_decode_reqs and
     moe_term(T) = moe_coeff_s x n_experts x (1 - (1 - top_k/n_experts)^T)."""
 
     weights: np.ndarray          # [len(AGGREGATES), len(BETA_FEATURES)], seconds per unit
@@ -89,22 +120,15 @@ class FeatureMap:
         """Seconds to read the routed experts the step's tokens touch."""
         return self.moe_coeff_s * self.expected_distinct_experts(tokens)
 
-    def apply(self, aggregates: np.ndarray) -> np.ndarray:
-        """Features [n_steps, n_features] from an aggregate matrix [n_steps, n_agg]."""
+    def apply(self, aggregates: np.ndarray, roofline: bool = True) -> np.ndarray:
+        """Features [n_steps, n_features] from an aggregate matrix [n_steps, n_agg]
+        (``roofline=False``: the compute columns hold the whole FLOP time)."""
         agg = np.asarray(aggregates, dtype=float)
         out = agg @ self.weights + self.bias
         if self.n_experts:
             tokens = agg[:, _A["prefill_tokens"]] + agg[:, _A["num_decode_reqs"]]
             out[:, WEIGHT_TRAFFIC_INDEX] += self.moe_term_s(tokens)
-        return out
-
-    def collapse(self, beta) -> tuple[np.ndarray, float, float]:
-        """Fold coefficients in: step_time_s = A @ per_aggregate_s + const_s
-        + moe_s_per_expert x E[distinct experts](T). Returns (per_aggregate_s [n_agg],
-        const_s, moe_s_per_expert)."""
-        beta = np.asarray(beta, dtype=float)
-        return (self.weights @ beta, float(self.bias @ beta),
-                float(self.moe_coeff_s * beta[WEIGHT_TRAFFIC_INDEX]))
+        return roofline_excess(out) if roofline else out
 
 
 ALLREDUCES_PER_LAYER = 2
@@ -192,17 +216,21 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
                       experts_per_tok=m.n_experts_per_tok if m.is_moe else 0)
 
 
-def linear_layer_features(deployment: Deployment, tokens, *, layer_constant: bool = True) -> np.ndarray:
+def linear_layer_features(deployment: Deployment, tokens, *, layer_constant: bool = True,
+                          roofline: bool = True) -> np.ndarray:
     """Features [n, len(BETA_FEATURES)] of `tokens` tokens (scalar or 1-D) passing through
     the linear layers (attention projections and MLP matmuls) of ONE layer of a dense model
     on one GPU of the TP group: the share of a step's features those kernels cover.
 
-    - ``prefill_compute_s`` = tokens x the step's linear FLOPs per prefill token (the
-      `FeatureMap` entry) / n_layers: 2 x one layer's matmul weights / (tp P) per token;
     - ``weight_traffic_s`` = one layer's matmul weight bytes / (tp BW), as the step's
       weight feature streams the whole model's;
+    - ``prefill_compute_s`` = the FLOP time beyond it (`roofline_excess`) of tokens x the
+      step's linear FLOPs per prefill token (the `FeatureMap` entry) / n_layers, i.e.
+      2 x one layer's matmul weights / (tp P) per token;
     - ``layer_overhead_s`` = 1 µs (the layer's share of the per-layer constant: its
       coefficient is the fixed cost of the layer's kernels) unless `layer_constant` is False.
+
+``roofline=False`` keeps the whole FLOP time in ``prefill_compute_s``.
 
     Other features are 0 (no attention, KV, lm_head, collectives or per-request work).
     Operator profiles (`bayesblis.operator_evidence`) are observations of this form.
@@ -220,7 +248,7 @@ def linear_layer_features(deployment: Deployment, tokens, *, layer_constant: boo
     out[:, _F["weight_traffic_s"]] = _weight_time_s(d, d.dense_layer_weight_bytes)
     if layer_constant:
         out[:, _F["layer_overhead_s"]] = fm.bias[_F["layer_overhead_s"]] / m.n_layers
-    return out
+    return roofline_excess(out) if roofline else out
 
 
 def allreduce_features(gpu, tp: int, message_bytes) -> np.ndarray:
@@ -288,10 +316,11 @@ def beta_feature_matrix(deployment: Deployment, aggregates) -> np.ndarray:
 
 
 def roofline_s(deployment: Deployment, **aggregates) -> np.ndarray:
-    """Reference roofline per step: max(compute, memory) seconds at peak
-    (compute = prefill + decode compute; memory = weight + KV traffic). Not a BETA feature."""
+    """Reference roofline per step: max(compute, memory) seconds at peak (compute = all
+    prefill and decode FLOPs; memory = weight + KV traffic). Not a BETA feature."""
     aggregates.setdefault("offload_blocks", 0)
-    feats = beta_features(deployment, **aggregates)
+    values = {n: aggregates[n] for n in AGGREGATES}
+    feats = feature_weights(deployment).apply(_stack(values), roofline=False)
     compute = feats[:, _F["prefill_compute_s"]] + feats[:, _F["decode_compute_s"]]
     memory = feats[:, _F["weight_traffic_s"]] + feats[:, _F["kv_traffic_s"]]
     return np.maximum(compute, memory)

@@ -7,6 +7,11 @@ term of a linear sum, e.g. decode compute under weight streaming) or not identif
 data (prefill cost absorbed by a per-request constant when prompts barely vary). Every fit
 reports such coefficients (`physical_bound_report`, kept in ``fit_info``) so that nobody
 reads "prefill at 0.01" as an efficiency.
+
+Where the prior sets a floor (model/priors.py: the compute coefficients, whose features are
+the FLOP time beyond the memory roofline), the posterior cannot go below it; the report
+then says where a coefficient sits *at* its floor (``PRESS_MARGIN``): the data would take
+it faster than the datasheet if they could.
 """
 
 from __future__ import annotations
@@ -22,12 +27,18 @@ below these values (efficiency <= 100%). Overheads (µs per count) have no such 
 
 PRESS_PROB = 0.9
 """A coefficient presses against its limit when its posterior puts at least this much
-mass below the limit."""
+mass below the limit (or, for a floored coefficient, below ``PRESS_MARGIN`` x its floor)."""
+
+PRESS_MARGIN = 1.1
+"""A floored coefficient presses against its floor below this multiple of it."""
 
 
-def physical_bound_report(posterior, obs=None, *, prob: float = PRESS_PROB) -> list[dict]:
+def physical_bound_report(posterior, obs=None, *, prob: float = PRESS_PROB,
+                          floors: dict | None = None) -> list[dict]:
     """One row per (configuration, efficiency coefficient) whose posterior puts >= `prob`
-    below its physical limit: median, P(below), and the implied efficiency (limit / median).
+    below its physical limit: median, P(below), and the implied efficiency (limit / median);
+    ``at_floor`` is True for a coefficient of `floors` ({feature: floor > 0}, the fit's
+    priors), judged below ``PRESS_MARGIN`` x floor since it cannot go below the floor.
 
     `obs` (the fitted observation table, `f_<feature>` columns): only coefficients whose
     feature is non-zero in some observation of the configuration are reported; the others
@@ -40,11 +51,14 @@ def physical_bound_report(posterior, obs=None, *, prob: float = PRESS_PROB) -> l
         cols = [c for c in obs.columns if c.startswith("f_")]
         used = (obs[cols].abs() > 0).groupby(obs["config"].astype(str)).any()
     rows = []
+    floors = {f: v for f, v in (floors or {}).items() if v > 0}
     for feature, limit in EFFICIENCY_LIMITS.items():
         if feature not in beta.coords["feature"].values:
             continue
+        at_floor = feature in floors
+        threshold = floors[feature] * PRESS_MARGIN if at_floor else limit
         draws = beta.sel(feature=feature)
-        below = (draws < limit).mean(("chain", "draw")).values
+        below = (draws < threshold).mean(("chain", "draw")).values
         median = draws.median(("chain", "draw")).values
         for config, p, med in zip(beta.coords["config"].values, below, median):
             if used is not None and not (str(config) in used.index
@@ -52,6 +66,7 @@ def physical_bound_report(posterior, obs=None, *, prob: float = PRESS_PROB) -> l
                 continue
             if p >= prob:
                 rows.append({"config": str(config), "feature": feature, "limit": limit,
+                             "at_floor": at_floor, "threshold": float(threshold),
                              "median": float(med), "prob_below": float(p),
                              "implied_efficiency": float(limit / med) if med > 0 else np.inf})
     return rows
@@ -62,12 +77,15 @@ def format_bound_report(rows: list[dict]) -> str:
     if not rows:
         return ("physical limits: no efficiency coefficient is below its datasheet limit "
                 f"with probability >= {PRESS_PROB}")
-    lines = [f"physical limits: {len(rows)} coefficient(s) below the datasheet limit with "
-             f"probability >= {PRESS_PROB}, i.e. faster than peak (a cost hidden by overlap, or "
-             "not identified by these data; see bayesblis/model/bounds.py):"]
+    lines = [f"physical limits: {len(rows)} coefficient(s) at or below the datasheet limit with "
+             f"probability >= {PRESS_PROB} (below: faster than peak, a cost hidden by overlap "
+             "or not identified by these data; at its floor: the data push it there; see "
+             "bayesblis/model/bounds.py):"]
     for r in sorted(rows, key=lambda r: r["median"]):
+        where = (f"at its floor {r['limit']:g}" if r.get("at_floor")
+                 else f"{_times(r['implied_efficiency'])} peak")
         lines.append(f"  {r['feature']:<18} median {r['median']:<8.3g} "
-                     f"({_times(r['implied_efficiency'])} peak, P(< {r['limit']:g}) "
+                     f"({where}, P(< {r.get('threshold', r['limit']):.3g}) "
                      f"{r['prob_below']:.2f})  {r['config']}")
     return "\n".join(lines)
 

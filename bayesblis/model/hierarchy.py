@@ -4,7 +4,10 @@ For configuration ``c`` and coefficient ``k``::
 
     theta[c, k] = mu[k] + tau_arch[k] z_arch[a(c), k] + tau_hw[k] z_hw[h(c), k]
                 + tau_family[k] z_family[f(c), k] + tau_config[k] z_config[c, k]
-    beta[c, k]  = exp(theta[c, k])                         (non-centred, positive)
+    beta[c, k]  = floor[k] + exp(theta[c, k])              (non-centred, positive)
+
+``floor`` is the physical limit a prior sets (model/priors.py: 1 for the compute
+coefficients, whose features are FLOP time at datasheet peak), 0 elsewhere.
 
 Some features are exactly proportional inside a configuration (``PROPORTIONAL_GROUPS``: the
 per-step constants, i.e. weight streaming, all-reduce latency, per-layer and per-step
@@ -62,7 +65,8 @@ from bayesblis.constants import (DIM_ALPHA_FEATURE, DIM_ARCH, DIM_CONFIG, DIM_FA
                                  DIM_FEATURE, DIM_HARDWARE, DIM_OBS)
 from bayesblis.errors import BayesBlisError, FitNotDoneError
 from bayesblis.model.data import ModelData
-from bayesblis.model.priors import PROPORTIONAL_GROUPS, merge_priors
+from bayesblis.model.priors import (PROPORTIONAL_GROUPS, floor_of, floors, log_excess_median,
+                                   merge_priors)
 
 LEVELS = (("arch", DIM_ARCH, "arch"), ("hardware", DIM_HARDWARE, "hardware"),
           ("family", DIM_FAMILY, "model_family"))
@@ -196,7 +200,8 @@ class LatencyModel:
             beta = pm.Deterministic("beta", self._proportional_groups(
                 theta_beta, _per_step_reference(beta_matrix, obs["n_steps"].to_numpy(float), bounds),
                 hyper), dims=(DIM_CONFIG, DIM_FEATURE))
-            alpha = pm.Deterministic("alpha", pt.exp(self._log_linear_coefficients(
+            alpha = pm.Deterministic("alpha", floors(self.priors["alpha"], self.alpha_features)
+                                     + pt.exp(self._log_linear_coefficients(
                 "alpha", DIM_ALPHA_FEATURE, self.priors["alpha"], self.alpha_features,
                 level_index, hyper, informed["alpha"], self.redundant_levels)),
                 dims=(DIM_CONFIG, DIM_ALPHA_FEATURE))
@@ -288,7 +293,7 @@ class LatencyModel:
         mean step time depends on ``L[c]`` alone and the population coefficients learn the
         split from how ``L`` varies across configurations.
         """
-        coef = pt.exp(theta)
+        coef = floors(self.priors["beta"], self.beta_features) + pt.exp(theta)
         for group_name, members in PROPORTIONAL_GROUPS.items():
             group = [j for j, f in enumerate(self.beta_features) if f in members]
             if not group:
@@ -315,9 +320,9 @@ class LatencyModel:
         theta down and a non-centred form would make a narrow ridge; elsewhere it stays
         non-centred (``{name}_z_config``) to avoid a funnel.
         """
-        median = np.array([priors[f]["median"] for f in features], float)
+        centre = np.array([log_excess_median(priors[f]) for f in features], float)
         log_sd = np.array([priors[f]["log_sd"] for f in features], float)
-        mu = pm.Normal(f"{name}_mu", np.log(median), log_sd, dims=dim)
+        mu = pm.Normal(f"{name}_mu", centre, log_sd, dims=dim)
         theta = pt.zeros((len(level_index["config"]), len(features))) + mu[None, :]
         for short, level_dim, _ in (*LEVELS, ("config", DIM_CONFIG, "config")):
             subset = [i for i, f in enumerate(features) if short in priors[f].get("levels", ())]
@@ -337,6 +342,11 @@ class LatencyModel:
             effect = (tau[None, :] * z)[level_index[short]]
             theta = pt.inc_subtensor(theta[:, subset], effect)
         return theta
+
+    def floors(self) -> dict:
+        """{beta feature: physical floor} of the floored coefficients (model/priors.py)."""
+        return {f: floor_of(self.priors["beta"][f]) for f in self.beta_features
+                if floor_of(self.priors["beta"][f]) > 0}
 
     # ------------------------------------------------------------------ sample
     def _require_model(self):
@@ -392,7 +402,8 @@ class LatencyModel:
                                                  method, self._importance)}
         from bayesblis.model.bounds import physical_bound_report
 
-        self.fit_info["physical_bounds"] = physical_bound_report(idata.posterior, self.data.obs)
+        self.fit_info["physical_bounds"] = physical_bound_report(
+            idata.posterior, self.data.obs, floors=self.floors())
         if method in ("nuts", "nutpie", "summary"):
             self.fit_info["laplace"] = self._laplace_info
         if method == "summary":
@@ -725,8 +736,10 @@ def _well_informed(beta_matrix, alpha_matrix, n_steps, bounds, priors, beta_feat
     """
     beta0 = np.array([priors["beta"][f]["median"] for f in beta_features], float)
     alpha0 = np.array([priors["alpha"][f]["median"] for f in alpha_features], float)
-    parts = {"beta": beta_matrix * beta0, "alpha": alpha_matrix * alpha0}
-    mean = parts["beta"].sum(axis=1) + parts["alpha"].sum(axis=1)
+    mean = beta_matrix @ beta0 + alpha_matrix @ alpha0
+    # d mean / d theta_k = f_k (coef_k - floor_k): the part above the floor moves with theta
+    parts = {"beta": beta_matrix * (beta0 - floors(priors["beta"], beta_features)),
+             "alpha": alpha_matrix * (alpha0 - floors(priors["alpha"], alpha_features))}
     weight = np.maximum(n_steps, 1.0) / priors["hyper"]["sigma_step"] ** 2
     limit = (CENTRE_SD_RATIO * priors["hyper"]["tau_config"]) ** -2
     out = {}

@@ -1,9 +1,14 @@
 """Default priors: readable, overridable, centred on published calibrations.
 
-Every coefficient is positive: ``coef = exp(theta)`` with ``theta`` normal. A prior is
-given on the natural scale as a *median* and a *log-scale sd* (``log_sd``): the 90% prior
-interval is ``median * exp(±1.645 * log_sd)``. Override any entry with a dict of the same
-shape, e.g. ``{"beta": {"weight_traffic_s": {"median": 1.1, "log_sd": 0.3}}}``.
+Every coefficient is positive: ``coef = floor + exp(theta)`` with ``theta`` normal and
+``floor`` 0 unless the prior sets one (`floor_of`). A prior is given on the natural scale
+as a *median* and a *log-scale sd* (``log_sd``) of the part above the floor: the 90% prior
+interval is ``floor + (median - floor) * exp(±1.645 * log_sd)``. Override any entry with a
+dict of the same shape, e.g. ``{"beta": {"weight_traffic_s": {"median": 1.1, "log_sd": 0.3}}}``.
+
+Physical floors: the compute coefficients multiply the FLOP time at datasheet peak beyond
+the memory roofline (features/beta.py); below 1 they would claim a GPU faster than its
+peak, so ``floor: 1`` puts no prior mass there (and no posterior mass either).
 
 Where the centres come from (see data_specs/features.md):
 - compute: 1/MFU from the BLIS hardware table (H100 prefill MFU 0.45 -> ~2.2);
@@ -23,8 +28,11 @@ MACHINE = ("arch", "hardware", "family")
 SOFTWARE = ("hardware",)
 
 BETA_PRIORS = {
-    "prefill_compute_s": {"median": 2.0, "log_sd": 0.8, "levels": EFFICIENCY},
-    "decode_compute_s": {"median": 1.0, "log_sd": 1.2, "levels": MACHINE},
+    # 1/MFU of the FLOP time beyond the memory roofline; floored at the datasheet peak.
+    "prefill_compute_s": {"median": 2.0, "log_sd": 0.8, "floor": 1.0, "levels": EFFICIENCY},
+    # Decode GEMMs cost FLOP time only past the bend (batches of hundreds of tokens): rarely
+    # seen in traces, so the prior (prefill's GEMM efficiency) carries most of it.
+    "decode_compute_s": {"median": 2.0, "log_sd": 0.8, "floor": 1.0, "levels": MACHINE},
     "weight_traffic_s": {"median": 1.15, "log_sd": 0.5, "levels": MACHINE},
     # No configuration level of its own: a configuration's KV cost per token deviates as
     # one group with kv_token_layer_s (PROPORTIONAL_GROUPS["kv"]).
@@ -109,6 +117,28 @@ HYPER_PRIORS = {
     # Student-t degrees of freedom: nu = 2 + Exponential(mean nu_excess_mean).
     "nu_excess_mean": 15.0,
 }
+
+
+def floor_of(prior: dict) -> float:
+    """The physical floor of a coefficient (0 unless its prior sets ``floor``)."""
+    return float(prior.get("floor", 0.0))
+
+
+def floors(section: dict, features) -> "np.ndarray":
+    """Floors [len(features)] of the named coefficients of one prior section."""
+    import numpy as np
+
+    return np.array([floor_of(section.get(f, {})) for f in features], float)
+
+
+def log_excess_median(prior: dict) -> float:
+    """log(median - floor): the prior centre of theta (an error unless median > floor)."""
+    import numpy as np
+
+    floor = floor_of(prior)
+    if not prior["median"] > floor:
+        raise ValueError(f"prior median {prior['median']} must exceed its floor {floor}")
+    return float(np.log(prior["median"] - floor))
 
 
 def default_priors() -> dict:

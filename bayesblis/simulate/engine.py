@@ -162,23 +162,28 @@ class EngineRun:
 # ---------------------------------------------------------------------------------------
 
 # Constants layout: [n_features, n_aggregates, weight_traffic_index, moe_coeff_s,
-# n_experts, experts_per_tok, W (n_agg x n_feat, row-major), bias (n_feat)]
-# -- the affine `features.beta.FeatureMap` plus its MoE expert-traffic term.
-_HEADER = 6
+# n_experts, experts_per_tok, prefill_compute_index, decode_compute_index,
+# kv_traffic_index, roofline_mfu, W (n_agg x n_feat, row-major), bias (n_feat)]
+# -- the affine `features.beta.FeatureMap`, its MoE expert-traffic term and its roofline.
+_HEADER = 10
 
 
 def deployment_constants(deployment) -> np.ndarray:
     """Per-deployment constants of the compiled feature kernel (float64 vector), from
     `bayesblis.features.beta.feature_weights(deployment)`."""
     from bayesblis.features.beta import AGGREGATES as FEATURE_AGGREGATES
-    from bayesblis.features.beta import WEIGHT_TRAFFIC_INDEX, feature_weights
+    from bayesblis.features.beta import (COMPUTE_INDICES, MEMORY_INDICES, ROOFLINE_MFU,
+                                         WEIGHT_TRAFFIC_INDEX, feature_weights)
 
     if tuple(FEATURE_AGGREGATES) != AGGREGATES:
         raise RuntimeError(f"features.beta.AGGREGATES {FEATURE_AGGREGATES} != engine {AGGREGATES}")
+    if MEMORY_INDICES[0] != WEIGHT_TRAFFIC_INDEX:
+        raise RuntimeError("features.beta.MEMORY_INDICES must start with the weight traffic")
     fm = feature_weights(deployment)
     w = np.asarray(fm.weights, float)
     n_agg, n_feat = w.shape
-    head = [n_feat, n_agg, WEIGHT_TRAFFIC_INDEX, fm.moe_coeff_s, fm.n_experts, fm.experts_per_tok]
+    head = [n_feat, n_agg, WEIGHT_TRAFFIC_INDEX, fm.moe_coeff_s, fm.n_experts, fm.experts_per_tok,
+            COMPUTE_INDICES[0], COMPUTE_INDICES[1], MEMORY_INDICES[1], ROOFLINE_MFU]
     return np.concatenate([np.asarray(head, float), w.ravel(), np.asarray(fm.bias, float)])
 
 
@@ -225,6 +230,15 @@ def _features(c, p_tok, p_ctx, p_pairs, n_p, n_d, d_ctx, offload, out):
     if n_exp > 0:
         miss = 1.0 - c[5] / n_exp
         out[int(c[2])] += c[3] * n_exp * (1.0 - miss ** (p_tok + n_d))
+    # roofline: the compute columns keep only their excess over the memory time
+    # (= features.beta.roofline_excess)
+    ip, idc = int(c[6]), int(c[7])
+    compute = out[ip] + out[idc]
+    if compute > 0.0:
+        excess = compute - c[9] * (out[int(c[2])] + out[int(c[8])])
+        share = excess / compute if excess > 0.0 else 0.0
+        out[ip] *= share
+        out[idc] *= share
 
 
 __all__ = ["EngineConfig", "EngineRun", "StepRecords", "run_engine", "run_engine_arrays",

@@ -8,7 +8,8 @@ H100-SXM: 989.4e12 dense bf16 FLOP/s, 3.35e12 B/s HBM, 450e9 B/s NVLink per dire
 import numpy as np
 import pytest
 
-from bayesblis.features import AGGREGATES, BETA_FEATURES, Deployment, beta_feature_matrix, beta_features
+from bayesblis.features import (AGGREGATES, BETA_FEATURES, Deployment, beta_feature_matrix,
+                                beta_features, feature_weights)
 
 P_H100 = 989.4e12
 BW_H100 = 3.35e12
@@ -24,8 +25,15 @@ def as_dict(row):
     return dict(zip(BETA_FEATURES, row))
 
 
+def raw_features(deployment, step):
+    """The step's features with the compute columns holding the whole FLOP time."""
+    agg = np.array([[step.get(name, 0) for name in AGGREGATES]], float)
+    return as_dict(feature_weights(deployment).apply(agg, roofline=False)[0])
+
+
 def test_llama2_7b_tp1_h100():
-    f = as_dict(beta_features(Deployment("llama-2-7b", "H100"), **STEP)[0])
+    dep = Deployment("llama-2-7b", "H100")
+    f = raw_features(dep, STEP)
     # Llama-2-7B: 32 layers, hidden 4096, 32 heads (MHA), head 128, MLP 11008, vocab 32000.
     # matmul params/layer = 4*4096^2 + 3*4096*11008 = 67,108,864 + 135,266,304 = 202,375,168
     linear = 2 * 32 * 202_375_168            # 12,952,010,752 FLOP/token
@@ -47,10 +55,41 @@ def test_llama2_7b_tp1_h100():
     assert f["layer_overhead_s"] == pytest.approx(32e-6)
     assert f["request_overhead_s"] == pytest.approx(33e-6)
     assert f["step_overhead_s"] == pytest.approx(1e-6)
+    # roofline: compute 7.2166 ms against memory 4.0229 + 5.0933 = 9.1162 ms: the step is
+    # memory bound, its FLOPs hide under the streaming and the compute features are 0
+    compute = (6_700_545_343_488 + 439_630_168_064) / P_H100
+    memory = (13_476_831_232 + 524_288 * 32_544) / BW_H100
+    assert compute == pytest.approx(7.2166e-3, rel=1e-4) and memory == pytest.approx(9.1162e-3, rel=1e-4)
+    roof = as_dict(beta_features(dep, **STEP)[0])
+    assert roof["prefill_compute_s"] == roof["decode_compute_s"] == 0.0
+    # twice the prefill tokens: about 14 ms of FLOPs, past the memory time; the excess is split
+    # between prefill and decode by their FLOPs
+    double = dict(STEP, prefill_tokens=2 * STEP["prefill_tokens"])
+    raw = as_dict(feature_weights(dep).apply(np.atleast_2d(
+        [double.get(k, 0) for k in AGGREGATES]).astype(float), roofline=False)[0])
+    c2 = raw["prefill_compute_s"] + raw["decode_compute_s"]
+    m2 = raw["weight_traffic_s"] + raw["kv_traffic_s"]  # the KV write grows with the chunk
+    assert c2 > m2
+    roof2 = as_dict(beta_features(dep, **double)[0])
+    assert roof2["prefill_compute_s"] == pytest.approx(
+        (c2 - m2) * raw["prefill_compute_s"] / c2, rel=1e-9)
+    assert roof2["decode_compute_s"] == pytest.approx(
+        (c2 - m2) * raw["decode_compute_s"] / c2, rel=1e-9)
+    assert {k: v for k, v in roof.items() if "compute" not in k} == \
+        {k: v for k, v in f.items() if "compute" not in k}
+
+
+def test_decode_step_below_the_roofline_has_no_compute_cost():
+    # 32 decodes at context 1000 on Llama-2-7B/H100: 0.4443 ms of FLOPs, far below half of
+    # the 4.0229 ms of weights alone
+    decode = dict(STEP, prefill_tokens=0, prefill_attention_pairs=0, num_prefill_reqs=0)
+    roof = as_dict(beta_features(Deployment("llama-2-7b", "H100"), **decode)[0])
+    assert roof["prefill_compute_s"] == roof["decode_compute_s"] == 0.0
+    assert roof["weight_traffic_s"] > 0
 
 
 def test_llama2_70b_tp4_h100():
-    f = as_dict(beta_features(Deployment("llama-2-70b", "H100", tp=4), **STEP)[0])
+    f = raw_features(Deployment("llama-2-70b", "H100", tp=4), STEP)
     # Llama-2-70B: 80 layers, hidden 8192, 64 heads, 8 KV heads, head 128, MLP 28672.
     # attention/layer = 2*8192^2 + 2*8192*1024 = 150,994,944; MLP = 3*8192*28672 = 704,643,072
     linear = 2 * 80 * (150_994_944 + 704_643_072)   # 136,902,082,560 FLOP/token
@@ -101,9 +140,9 @@ def test_mixtral_tp2_distinct_expert_weights():
     # compute uses the top-2 active experts only:
     # attention 41,943,040 + router 32,768 + 2 experts 352,321,536 per layer
     linear = 2 * 32 * (41_943_040 + 32_768 + 352_321_536)
-    f = beta_features(d, num_decode_reqs=1, **agg)[0]
+    f = raw_features(d, dict(agg, num_decode_reqs=1))
     expected = (linear + 2 * 4096 * 32000 + 4 * 32 * 32 * 128 * 8000) / (2 * P_H100)
-    assert f[BETA_FEATURES.index("decode_compute_s")] == pytest.approx(expected, rel=1e-9)
+    assert f["decode_compute_s"] == pytest.approx(expected, rel=1e-9)
 
 
 def test_mixtral_ep_comm():

@@ -20,6 +20,13 @@ counts = st.integers(min_value=0, max_value=20_000)
 aggregates = st.fixed_dictionaries({name: counts for name in AGGREGATES})
 F = {name: i for i, name in enumerate(BETA_FEATURES)}
 CONSTANT = {"tp_sync_s", "layer_overhead_s", "step_overhead_s"}
+COMPUTE = ("prefill_compute_s", "decode_compute_s")
+
+
+def raw_features(d, agg):
+    """Features with the compute columns holding the whole FLOP time (no roofline)."""
+    a = np.array([[agg.get(name, 0) for name in AGGREGATES]], float)
+    return feature_weights(d).apply(a, roofline=False)[0]
 
 
 @settings(max_examples=200, deadline=None)
@@ -32,16 +39,33 @@ def test_non_negative_and_finite(d, agg):
 @settings(max_examples=200, deadline=None)
 @given(deployments, aggregates, st.sampled_from(AGGREGATES), st.integers(1, 10_000))
 def test_monotone_in_each_aggregate(d, agg, name, bump):
-    base = beta_features(d, **agg)[0]
-    more = beta_features(d, **{**agg, name: agg[name] + bump})[0]
+    # raw FLOP, byte and count times grow with every aggregate; the compute excess need not
+    # (more KV raises the memory time it is measured against), the step's roofline does
+    bigger = {**agg, name: agg[name] + bump}
+    base, more = raw_features(d, agg), raw_features(d, bigger)
     assert np.all(more >= base * (1 - 1e-12))
+    assert roofline_s(d, **bigger)[0] >= roofline_s(d, **agg)[0] * (1 - 1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(deployments, aggregates)
+def test_unit_coefficients_never_beat_the_roofline(d, agg):
+    # the physical floor: with compute and traffic coefficients of 1 a step costs at least
+    # max(FLOPs / peak, bytes / peak bandwidth); compute below the bend costs nothing extra
+    f = beta_features(d, **agg)[0]
+    raw = raw_features(d, agg)
+    priced = sum(f[F[k]] for k in (*COMPUTE, "weight_traffic_s", "kv_traffic_s"))
+    assert priced >= roofline_s(d, **agg)[0] * (1 - 1e-12)
+    compute, memory = raw[F[COMPUTE[0]]] + raw[F[COMPUTE[1]]], raw[F["weight_traffic_s"]] + raw[F["kv_traffic_s"]]
+    assert f[F[COMPUTE[0]]] + f[F[COMPUTE[1]]] == pytest.approx(max(0.0, compute - memory),
+                                                              rel=1e-9, abs=1e-18)
 
 
 @settings(max_examples=200, deadline=None)
 @given(deployments, aggregates, aggregates)
 def test_additive_over_steps_for_linear_features(d, a, b):
-    fa, fb = beta_features(d, **a)[0], beta_features(d, **b)[0]
-    fab = beta_features(d, **{k: a[k] + b[k] for k in AGGREGATES})[0]
+    fa, fb = raw_features(d, a), raw_features(d, b)
+    fab = raw_features(d, {k: a[k] + b[k] for k in AGGREGATES})
     for name, i in F.items():
         if name in CONSTANT:
             assert fab[i] == pytest.approx(fa[i]) == pytest.approx(fb[i])
@@ -66,15 +90,15 @@ def test_compute_scales_as_one_over_tp(agg):
 
 @settings(max_examples=100, deadline=None)
 @given(deployments, st.lists(aggregates, min_size=1, max_size=20), st.lists(st.floats(0, 5), min_size=len(BETA_FEATURES), max_size=len(BETA_FEATURES)))
-def test_feature_map_collapse_matches(d, rows, beta):
+def test_feature_map_is_affine_before_the_roofline(d, rows, beta):
     agg = {k: np.array([r[k] for r in rows], dtype=float) for k in AGGREGATES}
     beta = np.array(beta)
-    expected = beta_features(d, **agg) @ beta
     fmap = feature_weights(d)
-    per_agg, const, moe = fmap.collapse(beta)
     A = np.stack([agg[k] for k in AGGREGATES], axis=1)
+    expected = fmap.apply(A, roofline=False) @ beta
     tokens = agg["prefill_tokens"] + agg["num_decode_reqs"]
-    got = A @ per_agg + const + moe * fmap.expected_distinct_experts(tokens)
+    got = (A @ (fmap.weights @ beta) + fmap.bias @ beta
+           + fmap.moe_term_s(tokens) * beta[F["weight_traffic_s"]])
     assert np.allclose(got, expected, rtol=1e-10, atol=1e-15)
 
 
@@ -84,9 +108,10 @@ def test_roofline_is_max_of_compute_and_memory():
                   num_prefill_reqs=0, num_decode_reqs=8, decode_context_tokens=8000)
     f = beta_features(d, **decode)[0]
     assert roofline_s(d, **decode)[0] == pytest.approx(f[F["weight_traffic_s"]] + f[F["kv_traffic_s"]])
+    assert f[F["decode_compute_s"]] == 0.0  # 8 decodes: far below the bend
     prefill = dict(prefill_tokens=8192, prefill_context_tokens=0, prefill_attention_pairs=8192 * 8193 // 2,
                    num_prefill_reqs=1, num_decode_reqs=0, decode_context_tokens=0)
-    f = beta_features(d, **prefill)[0]
+    f = raw_features(d, prefill)
     assert roofline_s(d, **prefill)[0] == pytest.approx(f[F["prefill_compute_s"]])
 
 

@@ -4,7 +4,7 @@ params / tp; bytes = linear weight bytes / tp), and against the step features th
 import numpy as np
 import pytest
 
-from bayesblis.features import BETA_FEATURES, Deployment, beta_features
+from bayesblis.features import BETA_FEATURES, Deployment, beta_features, feature_weights
 from bayesblis.features.beta import allreduce_features, linear_layer_features
 from bayesblis.catalog.models import ModelArch
 
@@ -18,9 +18,11 @@ def test_llama2_7b_a100_tp2_4096_tokens_by_hand():
     assert params == 202_375_168
     # per GPU at TP2: 2 x 4096 tokens x 202,375,168 / 2 = 828,928,688,128 FLOP at 312 TFLOP/s
     assert 2 * 4096 * params // 2 == 828_928_688_128
-    assert f[F["prefill_compute_s"]] == pytest.approx(828_928_688_128 / 312e12, rel=1e-12)  # 2.657 ms
     # weights: 202,375,168 params x 2 B / 2 GPUs = 202,375,168 B at 2.039 TB/s -> 99.25 µs
     assert f[F["weight_traffic_s"]] == pytest.approx(202_375_168 / 2.039e12, rel=1e-12)
+    # the FLOP time (2.657 ms) beyond the weight time (roofline bend): 2.558 ms
+    assert f[F["prefill_compute_s"]] == pytest.approx(
+        828_928_688_128 / 312e12 - 202_375_168 / 2.039e12, rel=1e-12)
     assert f[F["layer_overhead_s"]] == pytest.approx(1e-6)  # one layer's per-layer constant
     others = [i for n, i in F.items() if n not in ("prefill_compute_s", "weight_traffic_s",
                                                    "layer_overhead_s")]
@@ -35,15 +37,19 @@ def test_non_gated_model_from_shapes_by_hand():
                     intermediate_size=10240, vocab_size=51200, gated_mlp=False)
     f = linear_layer_features(Deployment(phi, "H100", dtype="fp16"), [1, 4096])
     params = 4 * 2560**2 + 2 * 2560 * 10240  # 78,643,200: up and down only
-    assert f[:, F["prefill_compute_s"]] == pytest.approx(np.array([1, 4096]) * 2 * params / 989.4e12)
     assert f[:, F["weight_traffic_s"]] == pytest.approx(2 * params / 3.35e12)  # 46.95 µs
+    # one token (0.16 µs of FLOPs) hides under the weights; 4,096 tokens pay the excess
+    flops_s = np.array([1, 4096]) * 2 * params / 989.4e12
+    assert f[:, F["prefill_compute_s"]] == pytest.approx(
+        np.maximum(flops_s - 2 * params / 3.35e12, 0.0))
+    assert f[0, F["prefill_compute_s"]] == 0.0
 
 
 def test_per_layer_share_sums_to_the_step_linear_compute():
     dep = Deployment("llama-2-70b", "H100", tp=4)
-    layer = linear_layer_features(dep, 512)[0]
-    step = beta_features(dep, prefill_tokens=512, prefill_context_tokens=0, prefill_attention_pairs=0,
-                         num_prefill_reqs=0, num_decode_reqs=0, decode_context_tokens=0)[0]
+    layer = linear_layer_features(dep, 512, roofline=False)[0]
+    agg = np.array([[512, 0, 0, 0, 0, 0, 0]], float)
+    step = feature_weights(dep).apply(agg, roofline=False)[0]
     assert 80 * layer[F["prefill_compute_s"]] == pytest.approx(step[F["prefill_compute_s"]], rel=1e-12)
     assert 80 * layer[F["layer_overhead_s"]] == pytest.approx(step[F["layer_overhead_s"]])
     # the step streams embedding, norms and lm_head too: the layers' share is a bit less

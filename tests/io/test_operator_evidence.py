@@ -41,7 +41,9 @@ def test_linear_row_features_and_time_match_the_physics(profiles):
     one = obs[(obs["config"] == "ops:llama-2-7b|A100-SXM-80GB|tp2|ep1|fp16") & (obs["num_tokens"] == 1024)]
     assert len(one) == 1
     params = (4 * 4096**2 + 3 * 4096 * 11008) / 2  # one layer's matmuls on one of 2 GPUs
-    assert one["f_prefill_compute_s"].iloc[0] == pytest.approx(2 * params * 1024 / 312e12)
+    # the FLOP time beyond the weight streaming it overlaps (roofline, features/beta.py)
+    assert one["f_prefill_compute_s"].iloc[0] == pytest.approx(
+        2 * params * 1024 / 312e12 - 2 * params / 2.039e12)
     assert one["f_weight_traffic_s"].iloc[0] == pytest.approx(2 * params / 2.039e12)
     assert one["f_layer_overhead_s"].iloc[0] == pytest.approx(1e-6)
     assert one["y_s"].iloc[0] == pytest.approx(linear_time_s("a100", SHAPES["meta-llama/Llama-2-7b-hf"], 2, 1024))

@@ -43,3 +43,15 @@ def test_nothing_to_report_when_every_coefficient_is_at_or_above_its_limit():
     assert physical_bound_report(post) == []
     assert "no efficiency coefficient" in format_bound_report([])
     assert "layer_overhead_s" not in EFFICIENCY_LIMITS
+
+
+def test_a_floored_coefficient_is_reported_where_it_sits_at_its_floor():
+    # prefill with a floor of 1 (model/priors.py) cannot go below it: at 1.02 the data push
+    # it against the floor; at 2.0 nothing to say
+    post = _posterior({"a": {"prefill_compute_s": 1.02, "tp_comm_s": 1.2, "layer_overhead_s": 30},
+                       "b": {"prefill_compute_s": 2.0, "tp_comm_s": 1.2, "layer_overhead_s": 30}})
+    rows = physical_bound_report(post, floors={"prefill_compute_s": 1.0})
+    assert [(r["config"], r["feature"], r["at_floor"]) for r in rows] == \
+        [("a", "prefill_compute_s", True)]
+    assert "at its floor 1" in format_bound_report(rows)
+    assert physical_bound_report(post) == []  # judged against the limit itself: not below

@@ -30,14 +30,14 @@ def test_lag_growth_is_zero_when_the_server_keeps_up_and_rate_ratio_minus_one_wh
 
 
 def test_real_runs_saturate_far_above_capacity_and_not_far_below():
-    """Two stages of one tiny scenario (llama-2-7b, H100, about 40 req/s capacity with these
-    coefficients and 50 output tokens): 2 req/s (share 0), then 60 req/s (share 1); six
+    """Two stages of one tiny scenario (llama-2-7b, H100, about 67 req/s capacity with these
+    coefficients and 50 output tokens): 2 req/s (share 0), then 100 req/s (share 1); six
     noise draws."""
     sc = Scenario.from_dict({
         "model": "llama-2-7b", "hardware": "H100-SXM",
         "vllm": {"max_num_batched_tokens": 2048, "max_num_seqs": 64, "max_model_len": 4096},
         "workload": {"seed": 3, "arrival": "poisson",
-                     "stages": [{"rate": 2, "duration": 30}, {"rate": 60, "duration": 10}],
+                     "stages": [{"rate": 2, "duration": 30}, {"rate": 100, "duration": 10}],
                      "prompt_tokens": {"dist": "uniform", "min": 200, "max": 800},
                      "output_tokens": {"dist": "uniform", "min": 20, "max": 80}}})
     draws = Draws(np.tile(beta_vector(BETA_PRIOR), (6, 1)),
@@ -47,7 +47,7 @@ def test_real_runs_saturate_far_above_capacity_and_not_far_below():
     light, heavy = res["stages"]
     assert light["saturated_share"] == 0.0 and heavy["saturated_share"] == 1.0
     assert light["lag_growth"]["hi"] < SATURATION_LAG_GROWTH < heavy["lag_growth"]["lo"]
-    assert heavy["lag_growth"]["median"] > 0.2   # 60 req/s arrive, about 40 complete
+    assert heavy["lag_growth"]["median"] > 0.2   # 100 req/s arrive, about 67 complete
     assert res["counts"]["saturated_share_any_stage"] == 1.0
     assert res["metadata"]["saturation_lag_growth"] == SATURATION_LAG_GROWTH
     # the queue grows through the heavy stage: its TTFT is queueing, not prefill
