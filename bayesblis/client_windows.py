@@ -266,7 +266,7 @@ at its arrival (async scheduling), but TTFTs far outnumber decode windows: at on
 is priced as an average decode step; other prefills in the waited-for steps are ignored)
 then steered the step coefficients every configuration shares. One per 2 s, measured
 leaving one model out (seeds 1 / 2): E2E 7.5 / 11.7% -> 2.8 / 8.8%, TTFT 8.9 / 7.2% -> 5.9 /
-6.5% (docs/measurements.md, "Async scheduling")."""
+6.5% (docs/measurements.md, "TTFT in steps, async scheduling and repeated prompts")."""
 
 
 def thin_windows(table: pd.DataFrame, *, min_gap_s: float | None = None,
