@@ -216,7 +216,7 @@ def population_prior(parent, row: dict, *, n_draws: int = PRIOR_DRAWS, seed: int
     "floor": [K] the coefficients' physical floors (model/priors.py),
     "sigma_step": [S] draws, "seen_config", "unseen_levels"}."""
     from bayesblis.coefficients import coefficient_draws
-    from bayesblis.model.priors import floor_of, log_excess_median, merge_priors
+    from bayesblis.model.priors import floors, log_excess_median, merge_priors
 
     known = merge_priors(None)
     rng = np.random.default_rng(seed)
@@ -227,14 +227,16 @@ def population_prior(parent, row: dict, *, n_draws: int = PRIOR_DRAWS, seed: int
         configs.loc[configs["config"] == row["config"], "config"] = row["config"] + "#fitted"
         parent = copy_with(parent, configs=configs)
 
+    def specs(section):  # the parent's priors, the defaults for features it did not have
+        return {**known[section], **parent.priors.get(section, {})}
+
     def extra(section, names, n):
-        spec = [parent.priors.get(section, {}).get(f) or known[section][f] for f in names]
+        spec = [specs(section)[f] for f in names]
         return np.column_stack([rng.normal(log_excess_median(p), p["log_sd"], n) for p in spec]
                                ) if names else np.zeros((n, 0))
 
     def floor(section, names):
-        return np.array([floor_of(parent.priors.get(section, {}).get(f) or known[section][f])
-                         for f in names], float)
+        return floors(specs(section), names)
 
     floor_beta = floor("beta", list(parent.beta_features))
     floor_alpha = floor("alpha", list(parent.alpha_features))

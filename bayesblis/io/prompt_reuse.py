@@ -51,9 +51,10 @@ def repeated_prompts(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     an earlier request carried the same prompt. Without a cycle: ids -1, no repeats."""
     order = (requests["request_index"].to_numpy() if "request_index" in requests
              else np.arange(len(requests)))
+    sent = np.argsort(order, kind="stable")     # row numbers in send order
     ranks = np.empty(len(order), np.int64)
-    ranks[np.argsort(order, kind="stable")] = np.arange(len(order))
-    lengths = requests["prompt_tokens"].to_numpy()[np.argsort(order, kind="stable")]
+    ranks[sent] = np.arange(len(order))
+    lengths = requests["prompt_tokens"].to_numpy()[sent]
     period = prompt_period(lengths)
     if period is None:
         return np.full(len(order), -1, np.int64), np.zeros(len(order), bool)

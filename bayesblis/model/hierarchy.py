@@ -65,8 +65,7 @@ from bayesblis.constants import (DIM_ALPHA_FEATURE, DIM_ARCH, DIM_CONFIG, DIM_FA
                                  DIM_FEATURE, DIM_HARDWARE, DIM_OBS)
 from bayesblis.errors import BayesBlisError, FitNotDoneError
 from bayesblis.model.data import ModelData
-from bayesblis.model.priors import (PROPORTIONAL_GROUPS, floor_of, floors, log_excess_median,
-                                   merge_priors)
+from bayesblis.model.priors import PROPORTIONAL_GROUPS, floors, log_excess_median, merge_priors
 
 LEVELS = (("arch", DIM_ARCH, "arch"), ("hardware", DIM_HARDWARE, "hardware"),
           ("family", DIM_FAMILY, "model_family"))
@@ -345,8 +344,8 @@ class LatencyModel:
 
     def floors(self) -> dict:
         """{beta feature: physical floor} of the floored coefficients (model/priors.py)."""
-        return {f: floor_of(self.priors["beta"][f]) for f in self.beta_features
-                if floor_of(self.priors["beta"][f]) > 0}
+        values = floors(self.priors["beta"], self.beta_features)
+        return {f: float(v) for f, v in zip(self.beta_features, values) if v > 0}
 
     # ------------------------------------------------------------------ sample
     def _require_model(self):

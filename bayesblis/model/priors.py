@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
+
 EFFICIENCY = ("arch", "hardware", "family", "config")
 MACHINE = ("arch", "hardware", "family")
 SOFTWARE = ("hardware",)
@@ -124,17 +126,13 @@ def floor_of(prior: dict) -> float:
     return float(prior.get("floor", 0.0))
 
 
-def floors(section: dict, features) -> "np.ndarray":
+def floors(section: dict, features) -> np.ndarray:
     """Floors [len(features)] of the named coefficients of one prior section."""
-    import numpy as np
-
     return np.array([floor_of(section.get(f, {})) for f in features], float)
 
 
 def log_excess_median(prior: dict) -> float:
     """log(median - floor): the prior centre of theta (an error unless median > floor)."""
-    import numpy as np
-
     floor = floor_of(prior)
     if not prior["median"] > floor:
         raise ValueError(f"prior median {prior['median']} must exceed its floor {floor}")

@@ -395,13 +395,13 @@ def _replay_inference_perf(folder, meta, stages, groups, sys_len, q_len, out_len
         # the run cycles through a fixed prompt set (io/prompt_reuse.py): each prompt is a
         # prefix group of its own, cached whole once computed (evictable under KV pressure)
         group, ptok = prompt_id, prompt.copy()
-    elif np.all(pgroup == ""):
-        group = rng.integers(0, max(groups, 1), size=len(arrival)).astype(np.int64)
     else:
-        _, group = np.unique(pgroup, return_inverse=True)
-        group = group.astype(np.int64)
-        group[pgroup == ""] = -1
-    if prompt_id is None:
+        if np.all(pgroup == ""):
+            group = rng.integers(0, max(groups, 1), size=len(arrival)).astype(np.int64)
+        else:
+            _, group = np.unique(pgroup, return_inverse=True)
+            group = group.astype(np.int64)
+            group[pgroup == ""] = -1
         ptok = np.where(group >= 0, sys_len, 0)
     bounds, start = [], 0.0
     for st in stages:
