@@ -208,11 +208,21 @@ def cross_fold_discrepancy(predictions: list[dict]) -> dict:
     return out
 
 
+PROFILE_ROWS_PER_CONFIG = 12
+"""Operator-profile rows kept per profiled configuration (spread over log2 of the size):
+as in benchmarks/profiles_logo.py, enough to pin a GPU's achieved FLOP/s, bandwidth and
+link speed without outnumbering the traced windows."""
+
+
 def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, fit_draws=300,
                    fit_tune=300, chains=2, seed=1, max_obs_per_run=400, echo=print,
                    method="nuts", max_duration_s=None, max_treedepth=10, target_accept=0.95,
-                   discrepancy: bool = True) -> dict:
+                   discrepancy: bool = True, profiles=None,
+                   profile_rows_per_config: int = PROFILE_ROWS_PER_CONFIG) -> dict:
     """Fit, predict and compare every fold; return the REPORT document.
+
+    `profiles`: an operator-profiles folder whose `hardware` rows (linear layers and
+    all-reduces) join every fold's training data (`with_profiles`); they are never held out.
 
     `discrepancy`: widen each held-out prediction by the simulator discrepancy calibrated on
     the other folds' held-out errors (`cross_fold_discrepancy`); the posterior-only
@@ -221,6 +231,11 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
 
     dataset, data = load_runs(dirs, hardware)
     data = _thin_per_run(data, max_obs_per_run, seed)
+    profile_info = None
+    if profiles is not None:
+        data, profile_info = with_profiles(data, profiles, hardware, profile_rows_per_config, seed)
+        echo(f"operator profiles: {profile_info['rows']} rows over {profile_info['configs']} "
+             f"configurations of {profile_info['hardware']} join every fold's fit")
     sources = {s.name: s for s in dataset.sources}
     records, folds_info = [], []
     sampler = {"draws": fit_draws, "tune": fit_tune, "chains": chains, "seed": seed,
@@ -259,7 +274,7 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
                     fit_on_all = view, info
             predict(view, [source], name, False, info)
     elif holdout == "model":
-        models = sorted(data.configs["model"].unique())
+        models = heldout_models(data.configs)
         for i, held in enumerate(models):
             keep_cfg = data.configs[data.configs["model"] != held]
             train = ModelData(keep_cfg, data.obs[data.obs["config"].isin(keep_cfg["config"])])
@@ -281,8 +296,37 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
         info["discrepancy"] = calibrated.get(info["fold"])
     return {"holdout": holdout, "hardware": hardware, "n_draws": n_draws, "sampler": sampler,
             "max_obs_per_run": max_obs_per_run, "discrepancy": discrepancy,
+            "operator_profiles": profile_info,
             "point_prediction": POINT_PREDICTION,
             "records": records, "folds": folds_info, "summary": summarize(records, holdout)}
+
+
+def with_profiles(data: ModelData, folder, hardware: str, per_config: int, seed: int):
+    """`data` plus the operator-profile rows of `hardware` in `folder`
+    (`operator_evidence.profile_observations`, thinned by `spread_subsample`), and a
+    summary {"folder", "hardware", "configs", "rows"}. An error if the folder has none."""
+    from bayesblis.catalog.gpus import load_gpu
+    from bayesblis.errors import InputError
+    from bayesblis.io.operator_profiles import read_operator_profiles
+    from bayesblis.operator_evidence import combine, profile_observations, spread_subsample
+
+    gpu = load_gpu(hardware).name
+    cfg, obs = profile_observations(read_operator_profiles(folder), gpus=[gpu])
+    if not len(obs):
+        raise InputError(folder, f"no operator profile of {gpu}", field="gpu",
+                         expected=f"compute/ or network/ profiles measured on {gpu}")
+    obs = spread_subsample(obs, per_config, seed=seed)
+    info = {"folder": str(folder), "hardware": gpu, "configs": int(obs["config"].nunique()),
+            "rows": int(len(obs)), "rows_per_config": per_config}
+    return combine(data, cfg, obs), info
+
+
+def heldout_models(configs: pd.DataFrame) -> list[str]:
+    """The models a leave-one-model-out validation holds out in turn: every traced model
+    (operator-profile configurations are evidence, never held out)."""
+    from bayesblis.operator_evidence import MODEL_PREFIX
+
+    return sorted(str(m) for m in configs["model"].unique() if not str(m).startswith(MODEL_PREFIX))
 
 
 def source_model(source, hardware: str) -> str:

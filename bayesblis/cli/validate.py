@@ -29,9 +29,12 @@ import click
 @click.option("--no-discrepancy", is_flag=True,
               help="Posterior-only intervals: do not widen them by the simulator discrepancy "
                    "calibrated on the other folds' held-out errors.")
+@click.option("--profiles", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Operator-profiles folder: its rows of --hardware (linear layers, "
+                   "all-reduces) join every fold's fit as evidence (never held out).")
 @click.option("--seed", default=1, show_default=True, type=int)
 def command(dirs, holdout, hardware, out_path, n_draws, fit_draws, fit_tune, max_obs_per_run,
-            max_duration_s, max_treedepth, target_accept, no_discrepancy, seed):
+            max_duration_s, max_treedepth, target_accept, no_discrepancy, profiles, seed):
     """Fit without each held-out run (or model), replay it with posterior draws, compare."""
     from bayesblis import atomic
     from bayesblis.validate import expand_dirs, format_table, run_validation
@@ -40,7 +43,8 @@ def command(dirs, holdout, hardware, out_path, n_draws, fit_draws, fit_tune, max
                             n_draws=n_draws, fit_draws=fit_draws, fit_tune=fit_tune, seed=seed,
                             max_obs_per_run=max_obs_per_run, echo=click.echo,
                             max_duration_s=max_duration_s, max_treedepth=max_treedepth,
-                            target_accept=target_accept, discrepancy=not no_discrepancy)
+                            target_accept=target_accept, discrepancy=not no_discrepancy,
+                            profiles=profiles)
     click.echo(format_table(report))
     atomic.write_json(out_path, report)
     click.echo(f"wrote {out_path}")

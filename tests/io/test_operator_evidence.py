@@ -124,3 +124,26 @@ def test_deployment_errors_skip_a_configuration_with_a_warning(tmp_path):
     with pytest.warns(UserWarning, match="tp3 skipped"):
         cfg, _ = profile_observations(read_operator_profiles(tmp_path / "p"))
     assert list(cfg["tp"]) == [1]
+
+
+def test_validation_folds_take_the_profiles_of_their_gpu_as_evidence(tmp_path):
+    from bayesblis.errors import InputError
+    from bayesblis.model.data import ModelData
+    from bayesblis.validate import heldout_models, with_profiles
+
+    folder = write_profiles(tmp_path / "vidur")
+    traced_cfg, traced_obs = profile_observations(read_operator_profiles(folder), gpus=["A100-SXM-80GB"])
+    # stand-ins for traced configurations: A100 ones under their own model names
+    traced_cfg = traced_cfg.assign(model=traced_cfg["model"].str.replace("ops:", ""))
+    traced = ModelData(traced_cfg, traced_obs)
+    data, info = with_profiles(traced, folder, "H100", per_config=4, seed=0)
+    added = data.configs[~data.configs["config"].isin(traced_cfg["config"])]
+    assert set(added["hardware"]) == {"H100-SXM"} and info["hardware"] == "H100-SXM"
+    profile_rows = data.obs[data.obs["config"].isin(added["config"])]
+    assert info["configs"] == len(added) and info["rows"] == len(profile_rows)
+    assert profile_rows.groupby("config").size().max() <= 4
+    assert len(data.obs) == len(traced_obs) + len(profile_rows)
+    # profiled configurations are never a held-out model
+    assert heldout_models(data.configs) == sorted(set(traced_cfg["model"]))
+    with pytest.raises(InputError, match="no operator profile of L40S"):
+        with_profiles(traced, folder, "L40S", per_config=4, seed=0)
