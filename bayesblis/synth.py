@@ -43,7 +43,7 @@ import pandas as pd
 from bayesblis.atomic import write_json, write_text
 from bayesblis.features.alpha import ALPHA_FEATURES
 from bayesblis.features.beta import BETA_FEATURES
-from bayesblis.model.priors import ALPHA_PRIORS, BETA_PRIORS
+from bayesblis.model.priors import ALPHA_PRIORS, BETA_PRIORS, floor_of
 
 TRUTH_VERSION = "1"
 
@@ -55,18 +55,25 @@ REFERENCE_MFU_PREFILL = {"H100-SXM": 0.45, "H200-SXM": 0.45, "A100-SXM-80GB": 0.
 """Prefill MFU of the BLIS hardware table (shared/data/hardware/blis_hardware_config.json;
 H200 as H100). The true compute coefficient of a GPU is ~ 1/MFU."""
 
-_LOG_INV_MFU = {g: float(np.log(1.0 / m)) for g, m in REFERENCE_MFU_PREFILL.items()}
-COMPUTE_CENTRE = float(np.mean(list(_LOG_INV_MFU.values())))
-"""Mean over the four GPUs of log(1/MFU_prefill) = log(2.52): the population centre of
-`prefill_compute_s` (the hardware effects are deviations from it)."""
+_LOG_EXCESS_INV_MFU = {g: float(np.log(1.0 / m - 1.0)) for g, m in REFERENCE_MFU_PREFILL.items()}
+COMPUTE_CENTRE = float(np.mean(list(_LOG_EXCESS_INV_MFU.values())))
+"""Mean over the four GPUs of log(1/MFU_prefill - 1) = log(1.51): the population centre of
+`prefill_compute_s` above its floor of 1 (the hardware effects are deviations from it, so
+each GPU's compute coefficient is 1/MFU before its family and configuration effects)."""
 
 POPULATION_MEDIANS = {
     "beta": {**{k: float(v["median"]) for k, v in BETA_PRIORS.items()},
-             "prefill_compute_s": float(np.exp(COMPUTE_CENTRE))},
+             "prefill_compute_s": float(1.0 + np.exp(COMPUTE_CENTRE))},
     "alpha": {k: float(v["median"]) for k, v in ALPHA_PRIORS.items()},
 }
-"""exp(mu): the prior medians of model/priors.py (the population centre), except
-prefill compute, centred on the BLIS MFU table (2.52 instead of 2.0)."""
+"""The population centre: the prior medians of model/priors.py, except prefill compute,
+centred on the BLIS MFU table (2.51 instead of 2.0)."""
+
+FLOORS = {kind: {k: floor_of(v) for k, v in priors.items() if floor_of(v) > 0}
+          for kind, priors in (("beta", BETA_PRIORS), ("alpha", ALPHA_PRIORS))}
+"""Physical floors of the priors (model/priors.py): a floored coefficient's effects scale
+its part above the floor, ``floor + (median - floor) x exp(sum of effects)``, as in the
+model, so no truth is faster than the datasheet."""
 
 LEVEL_SCALES = {"arch": 0.10, "hardware": 0.10, "family": 0.10, "config": 0.05}
 """Standard deviation (log scale) of the randomly drawn effects of each level."""
@@ -87,7 +94,7 @@ def _hw_structured() -> dict:
     out = {}
     hbm = {"H100-SXM": 0.0, "H200-SXM": -0.05, "A100-SXM-80GB": 0.05, "L40S": 0.10}
     link = {"H100-SXM": 0.0, "H200-SXM": 0.0, "A100-SXM-80GB": 0.05, "L40S": 0.15}
-    for g, lim in _LOG_INV_MFU.items():
+    for g, lim in _LOG_EXCESS_INV_MFU.items():
         compute = lim - COMPUTE_CENTRE
         out[g] = {"prefill_compute_s": compute, "decode_compute_s": compute,
                   "weight_traffic_s": hbm[g], "kv_traffic_s": hbm[g], "tp_comm_s": link[g]}
@@ -103,8 +110,8 @@ STRUCTURED_EFFECTS = {
 }
 """Log-scale effects fixed by physics instead of drawn:
 
-- hardware compute (prefill and decode): log(1/MFU_prefill) - COMPUTE_CENTRE
-  (H100/H200 -0.127, A100 +0.045, L40S +0.214);
+- hardware compute (prefill and decode), on the part above the floor:
+  log(1/MFU_prefill - 1) - COMPUTE_CENTRE (H100/H200 -0.211, A100 +0.078, L40S +0.342);
 - hardware HBM traffic (weights, KV): H100 0, H200 -0.05 (HBM3e, slightly better),
   A100 +0.05, L40S +0.10 (GDDR6);
 - hardware TP all-reduce: H100/H200 0, A100 +0.05, L40S +0.15 (PCIe, no NVLink);
@@ -141,8 +148,9 @@ class Truth:
 
     # -- pieces ---------------------------------------------------------------------
     def log_mu(self) -> dict:
-        """{"beta": {name: mu}, "alpha": {...}} on the log scale."""
-        return {kind: {k: float(np.log(v)) for k, v in d.items()}
+        """{"beta": {name: mu}, "alpha": {...}}: log of the population medians' part above
+        their floors (FLOORS)."""
+        return {kind: {k: float(np.log(v - FLOORS[kind].get(k, 0.0))) for k, v in d.items()}
                 for kind, d in POPULATION_MEDIANS.items()}
 
     def effect(self, level: str, value: str) -> dict:
@@ -171,8 +179,8 @@ class Truth:
         effects = {lv: self.effect(lv, levels[lv]) for lv in ("arch", "hardware", "family", "config")}
         coef = {}
         for kind in ("beta", "alpha"):
-            coef[kind] = {name: float(np.exp(mu[kind][name]
-                                             + sum(effects[lv][kind][name] for lv in effects)))
+            coef[kind] = {name: FLOORS[kind].get(name, 0.0) + float(np.exp(
+                mu[kind][name] + sum(effects[lv][kind][name] for lv in effects)))
                           for name in mu[kind]}
         return {"config": levels["config"],
                 "levels": {"arch": levels["arch"], "hardware": levels["hardware"],

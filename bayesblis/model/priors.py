@@ -8,7 +8,10 @@ dict of the same shape, e.g. ``{"beta": {"weight_traffic_s": {"median": 1.1, "lo
 
 Physical floors: the compute coefficients multiply the FLOP time at datasheet peak beyond
 the memory roofline (features/beta.py); below 1 they would claim a GPU faster than its
-peak, so ``floor: 1`` puts no prior mass there (and no posterior mass either).
+peak, so ``floor: 1`` puts no prior mass there (and no posterior mass either). Weight and KV
+traffic are not floored: streaming reaches ~100% of the HBM figure (H100 profiles: 1.00),
+and a log-normal excess over a floor of 1 would push them away from where they are. TP
+all-reduce is not floored either (its entry says why).
 
 Where the centres come from (see data_specs/features.md):
 - compute: 1/MFU from the BLIS hardware table (H100 prefill MFU 0.45 -> ~2.2);
@@ -46,6 +49,11 @@ BETA_PRIORS = {
     "kv_token_layer_s": {"median": 0.2, "log_sd": 1.2, "levels": SOFTWARE},
     # TP all-reduce grows with the tokens of the step, like the linear part of compute:
     # one configuration's data barely separate them, so no per-configuration effect.
+    # Bytes over the datasheet link bandwidth; not floored: the operator profiles measure
+    # 1.20 (H100 NVLink, NCCL) and 1.78 (A100), but floored at 1 the held-out-model error on
+    # the shared runs rose from 5.8 / 4.5% to 8.7 / 5.9% E2E (seeds 1 / 2), and fits put it
+    # at ~0.2 (docs/measurements.md, session 15): vLLM's all-reduce in a step costs less
+    # than NCCL's bytes over NVLink say. The bound report flags it.
     "tp_comm_s": {"median": 1.1, "log_sd": 0.8, "levels": MACHINE},
     # All-reduce latency per exchange round (2 all-reduces per layer, log2(tp) rounds each):
     # small messages of decode are latency-bound, so the bandwidth feature above misses it.

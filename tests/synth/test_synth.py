@@ -12,7 +12,7 @@ import yaml
 
 from bayesblis.features.alpha import ALPHA_FEATURES
 from bayesblis.features.beta import BETA_FEATURES
-from bayesblis.synth import (COMPUTE_CENTRE, MIN_KV_BLOCKS, POPULATION_MEDIANS, TRUTH, Fleet,
+from bayesblis.synth import (COMPUTE_CENTRE, FLOORS, MIN_KV_BLOCKS, POPULATION_MEDIANS, TRUTH, Fleet,
                              FleetSpec, RunSpec, Truth, generate_fleet, inject_outliers)
 
 # -- truth ------------------------------------------------------------------------------
@@ -37,18 +37,22 @@ def test_truth_has_the_model_structure():
         for k in names:
             theta = mu[kind][k] + sum(c["log_effects"][lv][kind][k]
                                       for lv in ("arch", "hardware", "family", "config"))
-            assert c[kind][k] == pytest.approx(np.exp(theta), rel=1e-12)
+            floor = FLOORS[kind].get(k, 0.0)
+            assert c[kind][k] == pytest.approx(floor + np.exp(theta), rel=1e-12)
+    assert FLOORS["beta"] == {"prefill_compute_s": 1.0, "decode_compute_s": 1.0}
     assert c["levels"] == {"arch": "moe", "hardware": "A100-SXM-80GB", "model_family": "mixtral"}
     assert 0.05 <= c["noise_sigma"] <= 0.10 and c["noise_nu"] == 5.0
 
 
 def test_truth_centre_and_structured_hardware_effects():
-    # mu = log prior medians, except prefill compute centred on the BLIS MFU table
+    # mu = log prior medians (above their floors), except prefill compute centred on the
+    # BLIS MFU table: every GPU's compute coefficient before drawn effects is 1/MFU
     assert POPULATION_MEDIANS["beta"]["weight_traffic_s"] == 1.15
-    assert np.exp(COMPUTE_CENTRE) == pytest.approx(2.52, abs=0.01)
+    assert 1 + np.exp(COMPUTE_CENTRE) == pytest.approx(2.51, abs=0.01)
     for gpu, mfu in (("H100-SXM", 0.45), ("A100-SXM-80GB", 0.38), ("L40S", 0.32), ("H200-SXM", 0.45)):
         eff = TRUTH.effect("hardware", gpu)["beta"]
-        assert eff["prefill_compute_s"] == pytest.approx(np.log(1 / mfu) - COMPUTE_CENTRE)
+        assert 1 + np.exp(TRUTH.log_mu()["beta"]["prefill_compute_s"] + eff["prefill_compute_s"]) \
+            == pytest.approx(1 / mfu)
     assert TRUTH.effect("hardware", "H200-SXM")["beta"]["weight_traffic_s"] < \
         TRUTH.effect("hardware", "H100-SXM")["beta"]["weight_traffic_s"]
     # drawn effects are small and independent of any fleet
