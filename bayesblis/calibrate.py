@@ -51,6 +51,7 @@ from bayesblis.client_windows import WARMUP_S
 from bayesblis.constants import DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEATURE, DIM_OBS
 from bayesblis.errors import BayesBlisError
 from bayesblis.model.data import CONFIG_COLUMNS, ModelData
+from bayesblis.model.priors import tie_columns
 
 PRIOR_DRAWS = 2000
 """Population-level draws summarised into the prior (fresh level effects per repetition)."""
@@ -317,8 +318,8 @@ def build_calibration_model(parent, configs: pd.DataFrame, obs: pd.DataFrame,
             thetas.append(prior["mean"] + pt.dot(chol, z))
         theta = pt.stack(thetas)
         floor = priors[0]["floor"]
-        beta = pm.Deterministic("beta", floor[:n_beta] + pt.exp(theta[:, :n_beta]),
-                                dims=(DIM_CONFIG, DIM_FEATURE))
+        beta = pm.Deterministic("beta", tie_columns(floor[:n_beta] + pt.exp(theta[:, :n_beta]),
+                                                    beta_f), dims=(DIM_CONFIG, DIM_FEATURE))
         alpha = pm.Deterministic("alpha", floor[n_beta:] + pt.exp(theta[:, n_beta:]),
                                  dims=(DIM_CONFIG, DIM_ALPHA_FEATURE))
         sig = np.array([_lognormal(p["sigma_step"]) for p in priors])
@@ -391,7 +392,7 @@ def _prior_idata(parent, configs, priors, cfg, beta_f, alpha_f):
     sig = np.stack([np.exp(rng.normal(*_lognormal(p["sigma_step"]), size=shape))
                     for p in priors], axis=2)
     return az.from_dict(
-        posterior={"beta": floor[:n_beta] + np.exp(theta[..., :n_beta]),
+        posterior={"beta": tie_columns(floor[:n_beta] + np.exp(theta[..., :n_beta]), beta_f),
                    "alpha": floor[n_beta:] + np.exp(theta[..., n_beta:]),
                    "sigma_step": sig, "nu": 2.0 + np.exp(rng.normal(nu_mu, nu_sd, size=shape))},
         coords={DIM_CONFIG: list(configs["config"]), DIM_FEATURE: list(beta_f),

@@ -17,7 +17,7 @@ from bayesblis.constants import CI_PROB, DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEAT
 from bayesblis.errors import UnseenLevelError
 from bayesblis.model.data import config_key, config_row, tp_of
 from bayesblis.model.hierarchy import LEVELS
-from bayesblis.model.priors import PROPORTIONAL_GROUPS, floors
+from bayesblis.model.priors import PROPORTIONAL_GROUPS, floors, tie_columns
 
 LEVEL_COLUMNS = {short: column for short, _, column in LEVELS}
 
@@ -174,7 +174,8 @@ def _population_draws(post, name, dim, values, seen, rng, priors):
         group = [features.index(f) for f in members if f in features]
         tau = _stacked(post, f"beta_tau_{group_name}").values
         theta[:, group] += (tau * rng.standard_normal(tau.shape))[:, None]
-    return floors(priors[name], features) + np.exp(theta)
+    coef = floors(priors[name], features) + np.exp(theta)
+    return tie_columns(coef, features) if name == "beta" else coef
 
 
 def deployment_draws(posterior, deployment, **kwargs) -> CoefficientDraws:

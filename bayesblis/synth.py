@@ -43,7 +43,7 @@ import pandas as pd
 from bayesblis.atomic import write_json, write_text
 from bayesblis.features.alpha import ALPHA_FEATURES
 from bayesblis.features.beta import BETA_FEATURES
-from bayesblis.model.priors import ALPHA_PRIORS, BETA_PRIORS, floor_of
+from bayesblis.model.priors import ALPHA_PRIORS, BETA_PRIORS, TIED_BETA, floor_of
 
 TRUTH_VERSION = "1"
 
@@ -182,6 +182,8 @@ class Truth:
             coef[kind] = {name: FLOORS[kind].get(name, 0.0) + float(np.exp(
                 mu[kind][name] + sum(effects[lv][kind][name] for lv in effects)))
                           for name in mu[kind]}
+        for tied, source in TIED_BETA.items():  # one GEMM efficiency (model/priors.py)
+            coef["beta"][tied] = coef["beta"][source]
         return {"config": levels["config"],
                 "levels": {"arch": levels["arch"], "hardware": levels["hardware"],
                            "model_family": levels["family"]},

@@ -7,7 +7,9 @@ For configuration ``c`` and coefficient ``k``::
     beta[c, k]  = floor[k] + exp(theta[c, k])              (non-centred, positive)
 
 ``floor`` is the physical limit a prior sets (model/priors.py: 1 for the compute
-coefficients, whose features are FLOP time at datasheet peak), 0 elsewhere.
+coefficients, whose features are FLOP time at datasheet peak), 0 elsewhere. Tied
+coefficients (``TIED_BETA``: decode compute) then take their source's value (one GEMM
+efficiency per step).
 
 Some features are exactly proportional inside a configuration (``PROPORTIONAL_GROUPS``: the
 per-step constants, i.e. weight streaming, all-reduce latency, per-layer and per-step
@@ -65,7 +67,8 @@ from bayesblis.constants import (DIM_ALPHA_FEATURE, DIM_ARCH, DIM_CONFIG, DIM_FA
                                  DIM_FEATURE, DIM_HARDWARE, DIM_OBS)
 from bayesblis.errors import BayesBlisError, FitNotDoneError
 from bayesblis.model.data import ModelData
-from bayesblis.model.priors import PROPORTIONAL_GROUPS, floors, log_excess_median, merge_priors
+from bayesblis.model.priors import (PROPORTIONAL_GROUPS, floors, log_excess_median, merge_priors,
+                                    tie_columns)
 
 LEVELS = (("arch", DIM_ARCH, "arch"), ("hardware", DIM_HARDWARE, "hardware"),
           ("family", DIM_FAMILY, "model_family"))
@@ -292,7 +295,8 @@ class LatencyModel:
         mean step time depends on ``L[c]`` alone and the population coefficients learn the
         split from how ``L`` varies across configurations.
         """
-        coef = floors(self.priors["beta"], self.beta_features) + pt.exp(theta)
+        coef = tie_columns(floors(self.priors["beta"], self.beta_features) + pt.exp(theta),
+                           self.beta_features)
         for group_name, members in PROPORTIONAL_GROUPS.items():
             group = [j for j, f in enumerate(self.beta_features) if f in members]
             if not group:

@@ -35,8 +35,8 @@ SOFTWARE = ("hardware",)
 BETA_PRIORS = {
     # 1/MFU of the FLOP time beyond the memory roofline; floored at the datasheet peak.
     "prefill_compute_s": {"median": 2.0, "log_sd": 0.8, "floor": 1.0, "levels": EFFICIENCY},
-    # Decode GEMMs cost FLOP time only past the bend (batches of hundreds of tokens): rarely
-    # seen in traces, so the prior (prefill's GEMM efficiency) carries most of it.
+    # Tied to prefill compute in every fit (TIED_BETA, below): this entry only keeps the
+    # coefficient's own (uninformed) parameters well defined.
     "decode_compute_s": {"median": 2.0, "log_sd": 0.8, "floor": 1.0, "levels": MACHINE},
     "weight_traffic_s": {"median": 1.15, "log_sd": 0.5, "levels": MACHINE},
     # No configuration level of its own: a configuration's KV cost per token deviates as
@@ -87,6 +87,33 @@ ALPHA_PRIORS = {
     "alpha_prompt_s": {"median": 0.5, "log_sd": 1.5, "levels": ("hardware",)},
     "alpha_output_s": {"median": 40.0, "log_sd": 0.5, "levels": ("hardware", "config")},
 }
+
+TIED_BETA = {"decode_compute_s": "prefill_compute_s"}
+"""Coefficients that equal another one: a step runs its prefill and decode tokens through the
+same GEMMs, so the FLOP time beyond the memory roofline has one efficiency; the split of
+that excess between the two features (by their FLOPs, features/beta.py) is otherwise a
+ridge. The tied coefficient keeps its own prior and effects, which no data then inform."""
+
+
+def tied_pairs(features) -> list[tuple[int, int]]:
+    """(tied column, source column) of TIED_BETA among `features` (both present)."""
+    index = {f: i for i, f in enumerate(features)}
+    return [(index[t], index[s]) for t, s in TIED_BETA.items() if t in index and s in index]
+
+
+def tie_columns(coef, features):
+    """`coef` [..., len(features)] (numpy or pytensor) with each tied column replaced by its
+    source column (TIED_BETA)."""
+    for tied, source in tied_pairs(features):
+        if isinstance(coef, np.ndarray):
+            coef = coef.copy()
+            coef[..., tied] = coef[..., source]
+        else:
+            import pytensor.tensor as pt
+
+            coef = pt.set_subtensor(coef[..., tied], coef[..., source])
+    return coef
+
 
 STEP_CONSTANT_FEATURES = ("weight_traffic_s", "tp_sync_s", "layer_overhead_s", "step_overhead_s")
 """Beta features paid once per step whatever the batch (weight streaming of a dense model,

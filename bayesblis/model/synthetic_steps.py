@@ -2,7 +2,8 @@
 
 Each configuration (hardware x model family x TP) gets true coefficients
 ``beta = exp(log prior median + u_hardware + u_family + e_config)`` (level effects with
-log-scale sd 0.15, configuration effects with sd 0.05) and ``n_obs`` engine steps whose
+log-scale sd 0.15, configuration effects with sd 0.05; decode compute equal to prefill
+compute, as in the model: `priors.TIED_BETA`) and ``n_obs`` engine steps whose
 beta features (in seconds of physics-predicted time, see data_specs/features.md) are:
 
 - ``prefill_compute_s``: Exponential(mean 5 ms) in half the steps, else 0;
@@ -21,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from bayesblis.model.data import ModelData, config_key
-from bayesblis.model.priors import BETA_PRIORS, PROPORTIONAL_GROUPS
+from bayesblis.model.priors import BETA_PRIORS, PROPORTIONAL_GROUPS, tie_columns
 
 FEATURES = ["prefill_compute_s", "decode_compute_s", "weight_traffic_s", "kv_traffic_s",
             "tp_comm_s", "ep_comm_s", "offload_s", "layer_overhead_s", "request_overhead_s",
@@ -72,7 +73,7 @@ def synthetic_data(hardware=("H100-SXM", "A100-SXM-80GB"),
                 if match_model:  # a proportional group's members deviate together
                     for members in GROUP_MEMBERS:
                         own[members] = rng.normal(0, 0.05)
-                beta = np.exp(mu + u_hw[h] + u_fam[fam] + own)
+                beta = tie_columns(np.exp(mu + u_hw[h] + u_fam[fam] + own), FEATURES)
                 truth[key] = beta
                 X = _step_features(rng, n_obs, tp, LAYERS[fam])
                 y = X @ beta * (1 + noise * rng.standard_t(5, n_obs))

@@ -71,3 +71,25 @@ def test_cli_coefficients_answers_seen_and_unseen(tiny_fit, tmp_path, capsys):
     record = json.loads((tmp_path / "c.json").read_text())
     assert record["unseen_levels"]["hardware"] == "L40S"
     assert yaml.safe_load((tmp_path / "c.yaml").read_text())
+
+
+def test_decode_compute_is_tied_to_prefill_compute_everywhere(tiny_fit):
+    """One GEMM efficiency per step (priors.TIED_BETA): fitted configurations, a new
+    configuration of seen levels and an unseen GPU all carry decode = prefill compute."""
+    from bayesblis.model.priors import tie_columns, tied_pairs
+
+    model, path, _ = tiny_fit
+    beta = model.idata.posterior["beta"]
+    np.testing.assert_array_equal(beta.sel(feature="decode_compute_s").values,
+                                  beta.sel(feature="prefill_compute_s").values)
+    post = load_posterior(path)
+    features = list(post.beta_features)
+    p, d = features.index("prefill_compute_s"), features.index("decode_compute_s")
+    assert tied_pairs(features) == [(d, p)]
+    for levels, allow in ((_levels(tp=4), False), (_levels(hardware="L40S"), True)):
+        cd = coefficient_draws(post, **levels, allow_unseen=allow)
+        assert not cd.seen_config
+        np.testing.assert_array_equal(cd.beta[:, d], cd.beta[:, p])
+    raw = np.arange(2.0 * len(features)).reshape(2, -1)
+    tied = tie_columns(raw, features)
+    assert (tied[:, d] == raw[:, p]).all() and raw[0, d] == d  # a copy, the input untouched
