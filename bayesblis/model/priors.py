@@ -103,16 +103,18 @@ def tied_pairs(features) -> list[tuple[int, int]]:
 
 def tie_columns(coef, features):
     """`coef` [..., len(features)] (numpy or pytensor) with each tied column replaced by its
-    source column (TIED_BETA)."""
-    for tied, source in tied_pairs(features):
-        if isinstance(coef, np.ndarray):
-            coef = coef.copy()
-            coef[..., tied] = coef[..., source]
-        else:
-            import pytensor.tensor as pt
+    source column (TIED_BETA); a numpy input is copied, not changed."""
+    pairs = tied_pairs(features)
+    if not pairs:
+        return coef
+    tied, source = ([pair[i] for pair in pairs] for i in (0, 1))
+    if isinstance(coef, np.ndarray):
+        coef = coef.copy()
+        coef[..., tied] = coef[..., source]
+        return coef
+    import pytensor.tensor as pt
 
-            coef = pt.set_subtensor(coef[..., tied], coef[..., source])
-    return coef
+    return pt.set_subtensor(coef[..., tied], coef[..., source])
 
 
 STEP_CONSTANT_FEATURES = ("weight_traffic_s", "tp_sync_s", "layer_overhead_s", "step_overhead_s")
