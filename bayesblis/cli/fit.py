@@ -6,7 +6,10 @@ import click
 
 from bayesblis.model.laplace import CHOICES as LAPLACE_CHOICES
 
-DEFAULTS = {"draws": 500, "tune": 500, "target_accept": 0.9}
+DEFAULTS = {"draws": 1000, "tune": 1000, "target_accept": 0.95}
+"""Sampler defaults of NUTS on rows: the quick tour (16 shared runs) went from r_hat 1.029,
+bulk ESS 142, 1 divergence at 500 / 500 / 0.9 to 1.009-1.010, 181-257, 0-3 (seeds 1-2;
+docs/measurements.md, sampler diagnostics, session 17)."""
 SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
 """Sampler defaults of --method summary (benchmarks/large_fit.py: clean at 200k-5M rows)."""
 
@@ -21,10 +24,10 @@ SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
                    "on per-configuration likelihood summaries, PSIS-corrected (large step "
                    "tables: see README, large traces).")
 @click.option("--draws", default=None, type=int,
-              help="Draws per chain [default: 500; 2000 with --method summary, whose gradient "
+              help="Draws per chain [default: 1000; 2000 with --method summary, whose gradient "
                    "costs nothing per row].")
 @click.option("--tune", default=None, type=int,
-              help="Tuning steps per chain [default: 500; 1000 with --method summary].")
+              help="Tuning steps per chain [default: 1000].")
 @click.option("--chains", default=2, show_default=True, type=int)
 @click.option("--hardware", default=None,
               help="GPU of sources whose traces do not name one (e.g. H100 for inference-perf runs).")
@@ -41,9 +44,8 @@ SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
               help="Precondition NUTS at the posterior mode (JAX backend; same posterior, "
                    "shorter trees and tuning on large tables). auto: from 20,000 observations.")
 @click.option("--target-accept", default=None, type=float,
-              help="NUTS target acceptance [default: 0.9; 0.95 with --method summary]; raise "
-                   "it (0.95) when a chain sticks with many divergences (real client "
-                   "windows: see README, validation).")
+              help="NUTS target acceptance [default: 0.95]; raise it (0.98) when a fit "
+                   "reports divergences (smaller steps, slower).")
 @click.option("--seed", default=1, show_default=True, type=int)
 @click.option("--quiet", is_flag=True,
               help="No progress display (also off when stderr is not a terminal, and in CI).")
