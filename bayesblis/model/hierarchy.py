@@ -28,9 +28,11 @@ duration ``m = F . beta[c]`` and likelihood::
 A run (one traced experiment) scales every expected duration by ``exp(tau_run z_run)``:
 machines, drivers and days differ, and a prediction for a new run draws a new factor.
 Only runs of configurations traced several times get a factor, and the factors of one
-configuration's runs sum to zero on the log scale (``z_run = z_free - mean over the
-configuration``): a lone run's effect, or the mean effect of a configuration's runs, would
-be the configuration's own level, a ridge (chains drifted along it: r_hat 1.3).
+configuration's runs sum to zero on the log scale (``r = r_free - mean over the
+configuration``, ``r_free ~ Normal(0, tau_run)``, centred because each run's windows pin
+its factor; ``z_run = r / tau_run``): a lone run's effect, or the mean effect of a
+configuration's runs, would be the configuration's own level, a ridge (chains drifted
+along it: r_hat 1.3).
 ``sigma_kind`` (0 for kinds in EXACT_KINDS) is the error of the window's source (a reconstructed client-side
 window is less exact than a traced step gap) and does not shrink with ``n``. Alpha
 features enter the same mean (``m = F . beta[c] + A . alpha[c]``), so a TTFT window holds
@@ -221,10 +223,12 @@ class LatencyModel:
             run_log_factor = None
             if data.has_repeated_runs():
                 tau_run = pm.HalfNormal("tau_run", hyper["tau_run"])
-                z_free = pm.Normal("z_run_free", 0.0, 1.0, dims="run")
+                # centred: hundreds of windows pin each run's factor, so a non-centred
+                # z_run made tau_run the slowest direction of the quick tour (session 18)
+                free = pm.Normal("run_log_free", 0.0, tau_run, dims="run")
                 centring = pm.Data("run_centring", data.run_centring(runs))
-                z_run = pm.Deterministic("z_run", z_free - pt.dot(centring, z_free), dims="run")
-                run_log_factor = tau_run * z_run
+                run_log_factor = free - pt.dot(centring, free)
+                pm.Deterministic("z_run", run_log_factor / tau_run, dims="run")
 
             if self.summaries is not None:
                 from bayesblis.model.summary import summary_logp

@@ -84,8 +84,21 @@ ALPHA_PRIORS = {
     # 48 µs in one chain, 1.2-4 ms in the other: r_hat 2.2). So the priors hold them near
     # the published calibration (a few ms; 45.9 µs) and the step times take the rest.
     "alpha_const_s": {"median": 3000.0, "log_sd": 0.7, "levels": ("hardware", "config")},
-    "alpha_prompt_s": {"median": 0.5, "log_sd": 1.5, "levels": ("hardware",)},
-    "alpha_output_s": {"median": 40.0, "log_sd": 0.5, "levels": ("hardware", "config")},
+    # Per prompt token on the API server (tokenization and input processing): a fast
+    # tokenizer on one core runs about 1-5 M tokens/s, 0.2-1 µs a token; 90% prior
+    # [0.16, 1.6] µs. Prompts of one workload have nearly one length, so the constant
+    # above and this slope form a ridge; at log_sd 1.5 ([0.04, 5.9] µs) the quick tour's
+    # slowest direction was this pair (docs/measurements.md, session 18).
+    "alpha_prompt_s": {"median": 0.5, "log_sd": 0.7, "levels": ("hardware",)},
+    # Per output token (detokenization, streaming): a client decode window holds n steps
+    # and n of these delays, so inside a configuration it is exactly proportional to the
+    # per-step constants (PROPORTIONAL_GROUPS["step_const"]); only OTEL post-decode
+    # windows measure it alone. Held near the published calibration (45.9 µs; 90% prior
+    # [22, 71] µs): at log_sd 0.5 quick-tour chains wandered along that ridge to 130-200
+    # µs (the population level) and diverged there. One value per GPU only fixed that too,
+    # but cannot follow a model's own cost that OTEL traces measure (demo: 46.8 [46.2,
+    # 47.5] µs against 36.7 true for the held-out configuration), so it keeps its levels.
+    "alpha_output_s": {"median": 40.0, "log_sd": 0.35, "levels": ("hardware", "config")},
 }
 
 TIED_BETA = {"decode_compute_s": "prefill_compute_s"}
