@@ -8,8 +8,9 @@ from bayesblis.model.laplace import CHOICES as LAPLACE_CHOICES
 
 DEFAULTS = {"draws": 1000, "tune": 1000, "target_accept": 0.95}
 """Sampler defaults of NUTS on rows: the quick tour (16 shared runs) went from r_hat 1.029,
-bulk ESS 142, 1 divergence at 500 / 500 / 0.9 to 1.009-1.010, 181-257, 0-3 (seeds 1-2;
-docs/measurements.md, sampler diagnostics, session 17)."""
+bulk ESS 142, 1 divergence at 500 / 500 / 0.9 to 1.009-1.010, 181-257, 0-3 (seeds 1-2,
+session 17), and with session 18's model to 1.007, 416-481, 0-1 (docs/measurements.md,
+sampler diagnostics)."""
 SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
 """Sampler defaults of --method summary (benchmarks/large_fit.py: clean at 200k-5M rows)."""
 
@@ -44,8 +45,9 @@ SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
               help="Precondition NUTS at the posterior mode (JAX backend; same posterior, "
                    "shorter trees and tuning on large tables). auto: from 20,000 observations.")
 @click.option("--target-accept", default=None, type=float,
-              help="NUTS target acceptance [default: 0.95]; raise it (0.98) when a fit "
-                   "reports divergences (smaller steps, slower).")
+              help="NUTS target acceptance [default: 0.95]; raising it (e.g. 0.98) takes "
+                   "smaller steps, slower, and does not always remove divergences "
+                   "(docs/measurements.md, sampler diagnostics).")
 @click.option("--seed", default=1, show_default=True, type=int)
 @click.option("--quiet", is_flag=True,
               help="No progress display (also off when stderr is not a terminal, and in CI).")
