@@ -208,19 +208,27 @@ def cross_fold_discrepancy(predictions: list[dict]) -> dict:
     return out
 
 
+DEFAULT_DRAWS = {"experiment": 30, "model": 150}
+"""Posterior draws simulated per held-out experiment. The scored median of n draws has a
+Monte Carlo error of about 1.25 sd / sqrt(n) (sd: the predictive log spread). Held out by
+experiment the spread is ~0.02, so 30 draws leave ~0.4%; held out by model it is ~0.2, so
+30 draws left ~4.5%, as large as the errors scored (session 19, docs/measurements.md), and
+150 leave ~2%."""
+
 PROFILE_ROWS_PER_CONFIG = 12
 """Operator-profile rows kept per profiled configuration (spread over log2 of the size):
 as in benchmarks/profiles_logo.py, enough to pin a GPU's achieved FLOP/s, bandwidth and
 link speed without outnumbering the traced windows."""
 
 
-def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, fit_draws=300,
+def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=None, fit_draws=300,
                    fit_tune=300, chains=2, seed=1, max_obs_per_run=400, echo=print,
                    method="nuts", max_duration_s=None, max_treedepth=10, target_accept=0.95,
                    discrepancy: bool = True, profiles=None,
                    profile_rows_per_config: int = PROFILE_ROWS_PER_CONFIG) -> dict:
     """Fit, predict and compare every fold; return the REPORT document.
 
+    `n_draws`: posterior draws simulated per held-out experiment (None: DEFAULT_DRAWS).
     `profiles`: an operator-profiles folder whose `hardware` rows (linear layers and
     all-reduces) join every fold's training data (`with_profiles`); they are never held out.
 
@@ -229,6 +237,7 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=30, f
     intervals and their coverage are reported too."""
     from bayesblis.model.hierarchy import LatencyModel
 
+    n_draws = n_draws or DEFAULT_DRAWS.get(holdout, 30)
     dataset, data = load_runs(dirs, hardware)
     data = _thin_per_run(data, max_obs_per_run, seed)
     profile_info = None

@@ -40,7 +40,7 @@ def main(argv=None):
     from bayesblis.model.data import ModelData
     from bayesblis.model.hierarchy import LatencyModel
     from bayesblis.model.store import Posterior
-    from bayesblis.validate import (_thin_per_run, compare, cross_fold_discrepancy,
+    from bayesblis.validate import (DEFAULT_DRAWS, _thin_per_run, compare, cross_fold_discrepancy,
                                     expand_dirs, load_runs, predict_experiment, source_model,
                                     summarize)
 
@@ -52,7 +52,9 @@ def main(argv=None):
     ap.add_argument("--fit-draws", type=int, default=300)
     ap.add_argument("--fit-tune", type=int, default=300)
     ap.add_argument("--max-obs-per-run", type=int, default=200)
-    ap.add_argument("--draws", type=int, default=30, help="posterior draws simulated per run")
+    ap.add_argument("--draws", type=int, default=None,
+                    help="posterior draws simulated per run (default: validate.DEFAULT_DRAWS, "
+                         "150 for the population-level N = 0, 30 once calibrated)")
     ap.add_argument("--max-duration-s", type=float, default=None)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/calibration_curve.json"))
@@ -92,10 +94,11 @@ def main(argv=None):
                             sampler_config={"seed": args.seed})
             wall = time.perf_counter() - started
             view = cal.view()
+            n_draws = args.draws or DEFAULT_DRAWS["model" if budget == 0 else "experiment"]
             fold_records = []
             for src in targets:
                 result = predict_experiment(src, view, hardware=args.hardware,
-                                            n_draws=args.draws, seed=args.seed,
+                                            n_draws=n_draws, seed=args.seed,
                                             allow_unseen=False,
                                             max_duration_s=args.max_duration_s, keep_draws=True)
                 posterior_only = compare(src, result, fold=held, holdout="model")

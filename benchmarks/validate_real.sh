@@ -8,4 +8,4 @@ OUT="${2:-benchmarks/results/validate-${HOLDOUT}.json}"
 DATA="${BAYESBLIS_DATA:-../shared/data}/real/h100-inference-perf"
 mkdir -p "$(dirname "$OUT")"
 python3 -m bayesblis validate "$DATA" --holdout "$HOLDOUT" --hardware H100 --out "$OUT" \
-    --max-obs-per-run 200 --fit-draws 600 --fit-tune 600 --max-treedepth 7 --target-accept 0.95 --draws 30
+    --max-obs-per-run 200 --fit-draws 600 --fit-tune 600 --max-treedepth 7 --target-accept 0.95
