@@ -153,8 +153,11 @@ def allreduce_link_s(message_bytes, tp: int, link_bytes_per_s: float):
 
 
 def _weight_time_s(deployment: Deployment, weight_bytes: float) -> float:
-    """Seconds to stream `weight_bytes` (whole model or layer) split over the TP group."""
-    return weight_bytes / (deployment.tp * deployment.hbm_bandwidth_bytes_per_s)
+    """Seconds to stream `weight_bytes` (whole model or layer) split over the TP group, at
+    datasheet bandwidth times the deployment's profiled GEMV efficiency relative to its
+    GPU's reference (`Deployment.weight_stream_factor`, 1 when unprofiled)."""
+    return (weight_bytes * deployment.weight_stream_factor
+            / (deployment.tp * deployment.hbm_bandwidth_bytes_per_s))
 
 
 def feature_weights(deployment: Deployment) -> FeatureMap:
@@ -245,7 +248,9 @@ def linear_layer_features(deployment: Deployment, tokens, *, layer_constant: boo
     out = np.zeros((len(tokens), len(BETA_FEATURES)))
     per_token = fm.weights[_A["prefill_tokens"], _F["prefill_compute_s"]]  # all layers
     out[:, _F["prefill_compute_s"]] = tokens * per_token / m.n_layers
-    out[:, _F["weight_traffic_s"]] = _weight_time_s(d, d.dense_layer_weight_bytes)
+    # bytes at datasheet bandwidth, without the deployment's weight_stream_factor: the
+    # profiles are the evidence that factor is measured from (catalog/weight_streaming.py)
+    out[:, _F["weight_traffic_s"]] = d.dense_layer_weight_bytes / (d.tp * d.hbm_bandwidth_bytes_per_s)
     if layer_constant:
         out[:, _F["layer_overhead_s"]] = fm.bias[_F["layer_overhead_s"]] / m.n_layers
     return roofline_excess(out) if roofline else out

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from bayesblis.catalog import weight_streaming
 from bayesblis.catalog.gpus import DTYPES, GpuSpec, load_gpu, normalize_dtype
 from bayesblis.catalog.models import DTYPE_BYTES, ModelArch, load_model
 from bayesblis.errors import BayesBlisError
@@ -40,6 +41,8 @@ class Deployment:
     holds the resolved dtype, so 'auto' never reaches keys or levels. Weights are read
     at the smaller of the checkpoint's and the compute dtype's width.
     `kv_cache_dtype` 'auto' = the model's KV width (2 bytes).
+    `weight_stream_factor`: the model's profiled weight-streaming time on this GPU and TP
+    relative to the GPU's reference (`catalog.weight_streaming`; 1 when unprofiled).
     """
 
     model: ModelArch
@@ -59,6 +62,7 @@ class Deployment:
     interconnect_bandwidth_bytes_per_s: float = field(init=False)
     pcie_bandwidth_bytes_per_s: float = field(init=False)
     kv_heads_per_gpu: int = field(init=False)
+    weight_stream_factor: float = field(init=False)
 
     def __post_init__(self):
         model, gpu = load_model(self.model), load_gpu(self.gpu)
@@ -106,12 +110,13 @@ class Deployment:
             raise DeploymentError(f"kv_cache_dtype must be auto, fp8, bf16 or fp16, got {self.kv_cache_dtype!r}")
 
         kv_heads = model.n_kv_heads if model.is_mla else math.ceil(model.n_kv_heads / tp)
+        stream = weight_streaming.factor(gpu.name, model.name, tp, weight_bytes)
         for key, value in (("dtype", compute), ("compute_dtype", compute),
                            ("weight_bytes_per_param", weight_bytes), ("kv_bytes_per_element", kv_elem), ("peak_flops_per_s", peak),
                            ("hbm_bandwidth_bytes_per_s", gpu.hbm_bandwidth_bytes_per_s),
                            ("interconnect_bandwidth_bytes_per_s", gpu.interconnect_bandwidth_bytes_per_s),
                            ("pcie_bandwidth_bytes_per_s", gpu.pcie_bandwidth_bytes_per_s),
-                           ("kv_heads_per_gpu", kv_heads)):
+                           ("kv_heads_per_gpu", kv_heads), ("weight_stream_factor", stream)):
             object.__setattr__(self, key, value)
 
     # ---- identity -------------------------------------------------------------
@@ -207,5 +212,6 @@ class Deployment:
             "hbm_bandwidth_bytes_per_s": self.hbm_bandwidth_bytes_per_s,
             "interconnect_bandwidth_bytes_per_s": self.interconnect_bandwidth_bytes_per_s,
             "weight_bytes_per_gpu": self.weight_bytes_per_gpu,
+            "weight_stream_factor": self.weight_stream_factor,
             "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
         }

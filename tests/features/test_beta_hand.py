@@ -14,6 +14,11 @@ from bayesblis.features import (AGGREGATES, BETA_FEATURES, Deployment, beta_feat
 P_H100 = 989.4e12
 BW_H100 = 3.35e12
 NVLINK_H100 = 450e9
+# Weight streaming carries the operator profiles' GEMV efficiency relative to the GPU's
+# reference (bayesblis/catalog/weight_streaming.json, H100 reference ratio 1.299):
+# Llama-2-7B at TP 1 streams its layer at 1.2581x bytes over peak, Llama-2-70B at TP 4 1.2568x.
+STREAM_7B_TP1 = 1.2581 / 1.299
+STREAM_70B_TP4 = 1.2568 / 1.299
 
 # Mixed step: a 512-token prefill chunk (first chunk, empty context) + 32 decodes at
 # context 1000. Attention pairs of the chunk: 512*513/2 = 131,328.
@@ -45,8 +50,9 @@ def test_llama2_7b_tp1_h100():
     # decode: (12,952,010,752 + 262,144,000)*32 + 524,288*32,000 = 439,630,168,064 FLOP
     assert (linear + lm_head) * 32 + attn * 32_000 == 439_630_168_064
     assert f["decode_compute_s"] == pytest.approx(439_630_168_064 / P_H100, rel=1e-9)  # 0.4443 ms
-    # weights: 6,738,415,616 params * 2 B = 13,476,831,232 B -> 4.0229 ms
-    assert f["weight_traffic_s"] == pytest.approx(13_476_831_232 / BW_H100, rel=1e-9)
+    # weights: 6,738,415,616 params * 2 B = 13,476,831,232 B -> 4.0229 ms at peak, x 0.9685
+    assert dep.weight_stream_factor == pytest.approx(STREAM_7B_TP1, rel=1e-12)
+    assert f["weight_traffic_s"] == pytest.approx(13_476_831_232 * STREAM_7B_TP1 / BW_H100, rel=1e-9)
     # KV: 524,288 B/token * (32,000 + 32 + 0 + 512) tokens = 17,062,428,672 B -> 5.0933 ms
     assert f["kv_traffic_s"] == pytest.approx(524_288 * 32_544 / BW_H100, rel=1e-9)
     # per (KV token, layer): 32 layers * 32,544 tokens = 1,041,408 -> 1.0414 ms at 1 ns
@@ -89,7 +95,8 @@ def test_decode_step_below_the_roofline_has_no_compute_cost():
 
 
 def test_llama2_70b_tp4_h100():
-    f = raw_features(Deployment("llama-2-70b", "H100", tp=4), STEP)
+    dep = Deployment("llama-2-70b", "H100", tp=4)
+    f = raw_features(dep, STEP)
     # Llama-2-70B: 80 layers, hidden 8192, 64 heads, 8 KV heads, head 128, MLP 28672.
     # attention/layer = 2*8192^2 + 2*8192*1024 = 150,994,944; MLP = 3*8192*28672 = 704,643,072
     linear = 2 * 80 * (150_994_944 + 704_643_072)   # 136,902,082,560 FLOP/token
@@ -101,8 +108,10 @@ def test_llama2_70b_tp4_h100():
     assert f["prefill_compute_s"] == pytest.approx(70_438_659_031_040 / n_peak, rel=1e-9)   # 17.798 ms
     # decode: 137,426,370,560*32 + 2,621,440*32,000 = 4,481,529,937,920 FLOP
     assert f["decode_compute_s"] == pytest.approx(4_481_529_937_920 / n_peak, rel=1e-9)     # 1.1324 ms
-    # weights: 68,976,648,192 * 2 B = 137,953,296,384 B over 4 GPUs -> 10.295 ms
-    assert f["weight_traffic_s"] == pytest.approx(137_953_296_384 / (4 * BW_H100), rel=1e-9)
+    # weights: 68,976,648,192 * 2 B = 137,953,296,384 B over 4 GPUs -> 10.295 ms, x 0.9675
+    assert dep.weight_stream_factor == pytest.approx(STREAM_70B_TP4, rel=1e-12)
+    assert f["weight_traffic_s"] == pytest.approx(137_953_296_384 * STREAM_70B_TP4 / (4 * BW_H100),
+                                                  rel=1e-9)
     # KV sharding: 8 KV heads / 4 GPUs = 2 per GPU -> 80*2*2*128*2 = 81,920 B/token/GPU
     # 81,920 * 32,544 = 2,666,004,480 B -> 0.79582 ms
     assert f["kv_traffic_s"] == pytest.approx(2_666_004_480 / BW_H100, rel=1e-9)

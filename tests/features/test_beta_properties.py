@@ -81,10 +81,13 @@ def test_additive_over_steps_for_linear_features(d, a, b):
 @settings(max_examples=100, deadline=None)
 @given(aggregates)
 def test_compute_scales_as_one_over_tp(agg):
-    f1 = beta_features(Deployment("llama-2-70b", "H100", tp=1), **agg)[0]
-    f4 = beta_features(Deployment("llama-2-70b", "H100", tp=4), **agg)[0]
-    for name in ("prefill_compute_s", "decode_compute_s", "weight_traffic_s"):
+    d1, d4 = Deployment("llama-2-70b", "H100", tp=1), Deployment("llama-2-70b", "H100", tp=4)
+    f1, f4 = raw_features(d1, agg), raw_features(d4, agg)  # FLOP time before the roofline
+    for name in ("prefill_compute_s", "decode_compute_s"):
         assert f4[F[name]] == pytest.approx(f1[F[name]] / 4, rel=1e-12)
+    # weights: a quarter of the bytes each, streamed at each TP's profiled efficiency
+    assert f4[F["weight_traffic_s"]] / d4.weight_stream_factor == pytest.approx(
+        f1[F["weight_traffic_s"]] / d1.weight_stream_factor / 4, rel=1e-12)
     assert f1[F["tp_comm_s"]] == 0
 
 
