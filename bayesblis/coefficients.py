@@ -44,6 +44,7 @@ class CoefficientDraws:
     noise_nu: np.ndarray      # [draws] Student-t degrees of freedom
     unseen_levels: dict = field(default_factory=dict)  # level -> value never fitted
     seen_config: bool = True
+    weight_stream_factor: float = 1.0  # the deployment's (features.physics.Deployment)
 
     @property
     def n_draws(self) -> int:
@@ -62,7 +63,7 @@ class CoefficientDraws:
                                 self.beta.mean(0, keepdims=True), self.alpha.mean(0, keepdims=True),
                                 np.array([np.mean(self.noise_sigma)]),
                                 np.array([np.median(self.noise_nu)]),
-                                self.unseen_levels, self.seen_config)
+                                self.unseen_levels, self.seen_config, self.weight_stream_factor)
 
 
 def _stacked(post, name):
@@ -182,7 +183,9 @@ def deployment_draws(posterior, deployment, **kwargs) -> CoefficientDraws:
     """`coefficient_draws` for a `features.physics.Deployment`."""
     levels = config_row(deployment)
     levels.pop("config")
-    return coefficient_draws(posterior, **levels, **kwargs)
+    draws = coefficient_draws(posterior, **levels, **kwargs)
+    draws.weight_stream_factor = deployment.weight_stream_factor
+    return draws
 
 
 def posterior_draws(posterior_path, deployment, n_draws=None, *, allow_unseen=False, seed=0,
@@ -227,7 +230,9 @@ def export_record(draws: CoefficientDraws, *, prob: float | None = None, context
         "beta": summary["beta"],
         "alpha": summary["alpha"],
         "blis": {"beta_order": list(BLIS_BETA_ORDER),
-                 "beta_coeffs": to_blis_beta(mean_beta, tp=tp_of(draws.config)),
+                 "beta_coeffs": to_blis_beta(mean_beta, tp=tp_of(draws.config),
+                                             weight_stream_factor=draws.weight_stream_factor),
+                 "weight_stream_factor": draws.weight_stream_factor,
                  "alpha_order": list(BLIS_ALPHA_ORDER), "alpha_coeffs": to_blis_alpha(mean_alpha)},
         **({"context": context} if context else {}),
     }

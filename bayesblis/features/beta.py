@@ -331,13 +331,14 @@ def roofline_s(deployment: Deployment, **aggregates) -> np.ndarray:
     return np.maximum(compute, memory)
 
 
-def to_blis_beta(beta: Mapping[str, float], tp: int = 1) -> list[float]:
+def to_blis_beta(beta: Mapping[str, float], tp: int = 1, weight_stream_factor: float = 1.0) -> list[float]:
     """Our coefficients in BLIS trained-physics `beta_coeffs` order (BLIS_BETA_ORDER).
 
     kv_traffic -> both β1b and β2b; tp_comm -> β4; ep_comm -> β_EP; overheads (µs)
     -> β5, β6, β7; β8 (per MoE layer) = 0. tp_sync_s (µs per all-reduce round, 2 log2(tp)
-    rounds per layer) is folded into the per-layer β5 for the given `tp`; offload_s and
-    kv_token_layer_s have no BLIS slot and are dropped (NO_BLIS_SLOT).
+    rounds per layer) is folded into the per-layer β5 for the given `tp`, and the
+    deployment's `weight_stream_factor` into β3 (BLIS streams weights at bytes over peak);
+    offload_s and kv_token_layer_s have no BLIS slot and are dropped (NO_BLIS_SLOT).
     """
     missing = [n for n in BETA_FEATURES if n not in NO_BLIS_SLOT and n not in beta]
     if missing:
@@ -345,6 +346,7 @@ def to_blis_beta(beta: Mapping[str, float], tp: int = 1) -> list[float]:
     g = lambda k: float(beta[k])  # noqa: E731
     per_layer = (g("layer_overhead_s")
                  + allreduce_rounds_per_layer(tp) * float(beta.get("tp_sync_s", 0.0)))
-    return [g("prefill_compute_s"), g("decode_compute_s"), g("weight_traffic_s"), g("tp_comm_s"),
+    return [g("prefill_compute_s"), g("decode_compute_s"), g("weight_traffic_s") * weight_stream_factor,
+            g("tp_comm_s"),
             per_layer, g("request_overhead_s"), g("step_overhead_s"), 0.0,
             g("kv_traffic_s"), g("kv_traffic_s"), g("ep_comm_s")]

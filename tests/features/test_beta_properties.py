@@ -128,6 +128,8 @@ def test_to_blis_beta_order():
     # at TP4 the all-reduce latency (2 x log2(4) rounds per layer) joins the per-layer beta5;
     # the export reads the TP from the configuration key
     assert to_blis_beta(beta, tp=4)[4] == 10.0 + 4 * 7.0
+    # BLIS streams weights at bytes over peak: the profiled GEMV factor goes into beta3
+    assert to_blis_beta(beta, weight_stream_factor=0.9)[2] == pytest.approx(3.0 * 0.9)
     from bayesblis.model.data import config_key, tp_of
 
     assert tp_of(config_key("llama-2-70b", "H100-SXM", 4)) == 4
