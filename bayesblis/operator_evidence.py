@@ -57,6 +57,13 @@ MODEL_PREFIX = "ops:"
 ALL_REDUCE_FAMILY = "collective"
 DTYPE = "fp16"
 DEFAULT_TOPOLOGIES = ("dgx",)
+WITH_TRACES_ALL_REDUCE = False
+"""Whether all-reduce profile rows join a fit of traced runs (`source_observations`, used by
+design.py, and `validate --profiles`). They do not by default: the profiles time NCCL
+all-reduces (about 1.2x the bytes over NVLink on H100), while vLLM's steps run its own
+custom all-reduce kernels, which fits of the traced runs price at ~0.2x. Pooled, they pulled
+TP all-reduce up: held out by model, E2E 8.0 / 8.7% with them against 2.8 / 2.2% with the
+linear-layer rows only (seeds 1 / 2, session 19, docs/measurements.md)."""
 F_COLUMNS = tuple(f"f_{f}" for f in BETA_FEATURES)
 A_COLUMNS = tuple(f"a_{a}" for a in ALPHA_FEATURES)
 EXTRA_COLUMNS = ("num_tokens", "message_bytes")
@@ -159,9 +166,11 @@ def combine(model_data: ModelData | None, configs: pd.DataFrame, obs: pd.DataFra
 
 
 def source_observations(source, *, kinds=None, **options) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """`profile_observations` of an ingested ``operator_profiles`` source (design.py)."""
+    """`profile_observations` of an ingested ``operator_profiles`` source (design.py); its
+    all-reduce rows only with ``all_reduce=True`` (WITH_TRACES_ALL_REDUCE)."""
     from bayesblis.io.operator_profiles import profiles_from_source
 
+    options.setdefault("all_reduce", WITH_TRACES_ALL_REDUCE)
     cfg, obs = profile_observations(profiles_from_source(source), source=source.name, **options)
     if kinds is not None and KIND not in kinds:
         return cfg.iloc[:0], obs.iloc[:0]

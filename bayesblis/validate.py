@@ -229,8 +229,8 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=None,
     """Fit, predict and compare every fold; return the REPORT document.
 
     `n_draws`: posterior draws simulated per held-out experiment (None: DEFAULT_DRAWS).
-    `profiles`: an operator-profiles folder whose `hardware` rows (linear layers and
-    all-reduces) join every fold's training data (`with_profiles`); they are never held out.
+    `profiles`: an operator-profiles folder whose `hardware` rows (linear layers) join every
+    fold's training data (`with_profiles`); they are never held out.
 
     `discrepancy`: widen each held-out prediction by the simulator discrepancy calibrated on
     the other folds' held-out errors (`cross_fold_discrepancy`); the posterior-only
@@ -311,16 +311,19 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=None,
 
 
 def with_profiles(data: ModelData, folder, hardware: str, per_config: int, seed: int):
-    """`data` plus the operator-profile rows of `hardware` in `folder`
-    (`operator_evidence.profile_observations`, thinned by `spread_subsample`), and a
+    """`data` plus the operator-profile rows of `hardware` in `folder` (linear layers;
+    all-reduces only with `operator_evidence.WITH_TRACES_ALL_REDUCE`; thinned by
+    `spread_subsample`), and a
     summary {"folder", "hardware", "configs", "rows"}. An error if the folder has none."""
     from bayesblis.catalog.gpus import load_gpu
     from bayesblis.errors import InputError
     from bayesblis.io.operator_profiles import read_operator_profiles
-    from bayesblis.operator_evidence import combine, profile_observations, spread_subsample
+    from bayesblis.operator_evidence import (WITH_TRACES_ALL_REDUCE, combine, profile_observations,
+                                             spread_subsample)
 
     gpu = load_gpu(hardware).name
-    cfg, obs = profile_observations(read_operator_profiles(folder), gpus=[gpu])
+    cfg, obs = profile_observations(read_operator_profiles(folder), gpus=[gpu],
+                                    all_reduce=WITH_TRACES_ALL_REDUCE)
     if not len(obs):
         raise InputError(folder, f"no operator profile of {gpu}", field="gpu",
                          expected=f"compute/ or network/ profiles measured on {gpu}")

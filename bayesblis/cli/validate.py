@@ -32,8 +32,9 @@ import click
               help="Posterior-only intervals: do not widen them by the simulator discrepancy "
                    "calibrated on the other folds' held-out errors.")
 @click.option("--profiles", type=click.Path(exists=True, file_okay=False), default=None,
-              help="Operator-profiles folder: its rows of --hardware (linear layers, "
-                   "all-reduces) join every fold's fit as evidence (never held out).")
+              help="Operator-profiles folder: its linear-layer rows of --hardware join every "
+                   "fold's fit as evidence (never held out; NCCL all-reduce rows do not: "
+                   "vLLM's steps run its own all-reduce).")
 @click.option("--seed", default=1, show_default=True, type=int)
 def command(dirs, holdout, hardware, out_path, n_draws, fit_draws, fit_tune, max_obs_per_run,
             max_duration_s, max_treedepth, target_accept, no_discrepancy, profiles, seed):
