@@ -10,7 +10,8 @@ DEFAULTS = {"draws": 1000, "tune": 1000, "target_accept": 0.95}
 """Sampler defaults of NUTS on rows: the quick tour (16 shared runs) went from r_hat 1.029,
 bulk ESS 142, 1 divergence at 500 / 500 / 0.9 to 1.009-1.010, 181-257, 0-3 (seeds 1-2,
 session 17), with session 18's model to 1.007, 416-481, 0-1, and with session 19's GEMV
-factor 1.017 / 1.007, 340 / 397, 1 / 0 (docs/measurements.md, sampler diagnostics)."""
+factor 1.017 / 1.007, 340 / 397, 1 / 0, with session 20's TP all-reduce floor 1.006 / 1.006,
+401 / 432, 1 / 0 (docs/measurements.md, sampler diagnostics)."""
 SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
 """Sampler defaults of --method summary (benchmarks/large_fit.py: clean at 200k-5M rows)."""
 

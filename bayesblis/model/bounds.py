@@ -9,7 +9,7 @@ reports such coefficients (`physical_bound_report`, kept in ``fit_info``) so tha
 reads "prefill at 0.01" as an efficiency.
 
 Where the prior sets a floor (model/priors.py: the compute coefficients, whose features are
-the FLOP time beyond the memory roofline), the posterior cannot go below it; the report
+the FLOP time beyond the memory roofline, and TP all-reduce), the posterior cannot go below it; the report
 then says where a coefficient sits *at* its floor (``PRESS_MARGIN``): the data would take
 it faster than the datasheet if they could.
 """

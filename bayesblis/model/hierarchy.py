@@ -7,7 +7,8 @@ For configuration ``c`` and coefficient ``k``::
     beta[c, k]  = floor[k] + exp(theta[c, k])              (non-centred, positive)
 
 ``floor`` is the physical limit a prior sets (model/priors.py: 1 for the compute
-coefficients, whose features are FLOP time at datasheet peak), 0 elsewhere. Tied
+coefficients, whose features are FLOP time at datasheet peak, and for TP all-reduce, bytes
+over the datasheet link), 0 elsewhere. Tied
 coefficients (``TIED_BETA``: decode compute) then take their source's value (one GEMM
 efficiency per step).
 

@@ -3,14 +3,20 @@
 import numpy as np
 import pytest
 
-from bayesblis.discrepancy import discrepancy_sd, robust_sd, widened_interval
+from bayesblis.discrepancy import discrepancy_sd, quantile_sd, widened_interval
 
 
-def test_robust_sd_is_the_normal_sd_and_ignores_a_cliff():
+def test_quantile_sd_is_the_normal_sd_and_follows_heavy_tails():
     d = np.random.default_rng(0).normal(0.0, 0.05, 4000)
-    assert robust_sd(d) == pytest.approx(0.05, rel=0.05)
-    assert robust_sd(np.r_[d, [3.0] * 40]) == pytest.approx(0.05, rel=0.08)  # 1% queueing cliffs
-    assert robust_sd(np.full(10, 0.1)) == pytest.approx(0.14826)  # an offset counts as spread
+    assert quantile_sd(d) == pytest.approx(0.05, rel=0.05)
+    assert quantile_sd(d, 0.5) == pytest.approx(0.05, rel=0.05)
+    # Student-t errors (3 degrees of freedom): a 90% interval needs 2.35 scale units, not
+    # the 1.645 x 1.4826 x 0.765 = 1.87 a normal fitted to the median |d| would give
+    t = 0.05 * np.random.default_rng(1).standard_t(3, 20000)
+    assert 1.645 * quantile_sd(t) == pytest.approx(0.05 * 2.353, rel=0.05)
+    assert np.mean(np.abs(t) <= 1.645 * quantile_sd(t)) == pytest.approx(0.9, abs=0.005)
+    assert quantile_sd(np.full(10, 0.1)) == pytest.approx(0.1 / 1.645, rel=1e-3)  # an offset counts
+    assert quantile_sd([np.nan]) == 0.0
 
 
 def test_discrepancy_is_the_error_the_predictive_does_not_already_allow():
@@ -21,11 +27,11 @@ def test_discrepancy_is_the_error_the_predictive_does_not_already_allow():
 
     out = discrepancy_sd([rec(1.1, 1.0), rec(1.0, 1.1), rec(50.0, 1.0, over=True)], ["e2e_mean_s"])
     assert out["e2e_mean_s"]["n_stages"] == 2  # the overloaded stage is not used
-    assert out["e2e_mean_s"]["sd"] == pytest.approx(1.4826 * np.log(1.1))
-    wide = discrepancy_sd([rec(1.1, 1.0, 0.2), rec(1.0, 1.1, 0.2)], ["e2e_mean_s"])
+    assert out["e2e_mean_s"]["sd"] == pytest.approx(np.log(1.1) / 1.645, rel=1e-3)
+    wide = discrepancy_sd([rec(1.1, 1.0, 0.06), rec(1.0, 1.1, 0.06)], ["e2e_mean_s"])
     assert wide["e2e_mean_s"]["sd"] == 0.0  # the posterior already spans these errors
-    part = discrepancy_sd([rec(1.1, 1.0, 0.1), rec(1.0, 1.1, 0.1)], ["e2e_mean_s"])["e2e_mean_s"]
-    assert part["sd"] ** 2 + 0.1 ** 2 == pytest.approx((1.4826 * np.log(1.1)) ** 2, rel=1e-3)
+    part = discrepancy_sd([rec(1.1, 1.0, 0.03), rec(1.0, 1.1, 0.03)], ["e2e_mean_s"])["e2e_mean_s"]
+    assert part["sd"] ** 2 + 0.03 ** 2 == pytest.approx((np.log(1.1) / 1.645) ** 2, rel=1e-3)
 
 
 def test_widened_interval_of_a_point_is_lognormal_and_zero_sd_keeps_the_draws():

@@ -43,7 +43,7 @@ def test_truth_has_the_model_structure():
                 assert c[kind][k] == c[kind][TIED_BETA[k]]
                 continue
             assert c[kind][k] == pytest.approx(floor + np.exp(theta), rel=1e-12)
-    assert FLOORS["beta"] == {"prefill_compute_s": 1.0, "decode_compute_s": 1.0}
+    assert FLOORS["beta"] == {"prefill_compute_s": 1.0, "decode_compute_s": 1.0, "tp_comm_s": 1.0}
     assert c["levels"] == {"arch": "moe", "hardware": "A100-SXM-80GB", "model_family": "mixtral"}
     assert 0.05 <= c["noise_sigma"] <= 0.10 and c["noise_nu"] == 5.0
 
