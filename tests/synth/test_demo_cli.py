@@ -28,7 +28,7 @@ def _check_outputs(out):
     result = json.loads((out / "result.json").read_text())
     for m in ("ttft_mean_s", "itl_mean_s", "e2e_mean_s"):
         c = result["comparison"][m]
-        assert c["true"] > 0 and c["lo"] <= c["mean"] <= c["hi"]
+        assert c["true"] > 0 and c["lo"] <= c["mean"] <= c["hi"] and c["lo"] <= c["median"] <= c["hi"]
     assert set(result["demo"]["wall_s"]) >= {"generate", "ingest", "fit", "coefficients",
                                              "simulate", "total"}
     return held, result
