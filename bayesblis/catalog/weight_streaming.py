@@ -36,6 +36,7 @@ def measure(profiles) -> dict:
     """{gpu: {"reference": median ratio, "ratios": {model: {tp: ratio}}}} of an
     `OperatorProfiles` (ratio: profiled linear-layer time over the layer's weight bytes
     at datasheet bandwidth, median over rows of at most TOKENS_MAX tokens)."""
+    from bayesblis.features.beta import weight_time_at_peak_s
     from bayesblis.features.physics import Deployment
 
     times = profiles.linear_layer_times("median")
@@ -43,7 +44,7 @@ def measure(profiles) -> dict:
     out = {}
     for (gpu, model, tp), rows in times.groupby(["gpu", "model", "tp"], sort=True):
         d = Deployment(profiles.models[model], gpu, tp=int(tp), dtype="fp16")
-        bytes_s = d.dense_layer_weight_bytes / (d.tp * d.hbm_bandwidth_bytes_per_s)
+        bytes_s = weight_time_at_peak_s(d, d.dense_layer_weight_bytes)
         ratio = float(np.median(rows["time_s"].to_numpy(float) / bytes_s))
         out.setdefault(gpu, {"ratios": {}})["ratios"].setdefault(model, {})[str(int(tp))] = round(ratio, 4)
     for entry in out.values():

@@ -152,12 +152,16 @@ def allreduce_link_s(message_bytes, tp: int, link_bytes_per_s: float):
     return np.asarray(message_bytes, dtype=float) * 2 * (tp - 1) / tp / link_bytes_per_s
 
 
+def weight_time_at_peak_s(deployment: Deployment, weight_bytes: float) -> float:
+    """Seconds to stream `weight_bytes` (whole model or layer) split over the TP group at
+    datasheet bandwidth."""
+    return weight_bytes / (deployment.tp * deployment.hbm_bandwidth_bytes_per_s)
+
+
 def _weight_time_s(deployment: Deployment, weight_bytes: float) -> float:
-    """Seconds to stream `weight_bytes` (whole model or layer) split over the TP group, at
-    datasheet bandwidth times the deployment's profiled GEMV efficiency relative to its
-    GPU's reference (`Deployment.weight_stream_factor`, 1 when unprofiled)."""
-    return (weight_bytes * deployment.weight_stream_factor
-            / (deployment.tp * deployment.hbm_bandwidth_bytes_per_s))
+    """`weight_time_at_peak_s` times the deployment's profiled GEMV efficiency relative to
+    its GPU's reference (`Deployment.weight_stream_factor`, 1 when unprofiled)."""
+    return weight_time_at_peak_s(deployment, weight_bytes) * deployment.weight_stream_factor
 
 
 def feature_weights(deployment: Deployment) -> FeatureMap:
@@ -250,7 +254,7 @@ def linear_layer_features(deployment: Deployment, tokens, *, layer_constant: boo
     out[:, _F["prefill_compute_s"]] = tokens * per_token / m.n_layers
     # bytes at datasheet bandwidth, without the deployment's weight_stream_factor: the
     # profiles are the evidence that factor is measured from (catalog/weight_streaming.py)
-    out[:, _F["weight_traffic_s"]] = d.dense_layer_weight_bytes / (d.tp * d.hbm_bandwidth_bytes_per_s)
+    out[:, _F["weight_traffic_s"]] = weight_time_at_peak_s(d, d.dense_layer_weight_bytes)
     if layer_constant:
         out[:, _F["layer_overhead_s"]] = fm.bias[_F["layer_overhead_s"]] / m.n_layers
     return roofline_excess(out) if roofline else out
