@@ -32,6 +32,15 @@ A prediction's draws ``x`` are then widened to ``x * exp(sd * z)``, ``z ~ Normal
 ``WIDEN_SAMPLES`` per draw: intervals come from that mixture; the point prediction (mean,
 median of the draws) is left as the model gives it.
 
+The same widening reaches users: `bayesblis validate` also reports the discrepancy pooled over
+every held-out stage (`simulator_discrepancy`), the package ships the one measured on the 16
+shared H100 runs held out by experiment (``catalog/discrepancy.json``, `load_discrepancy`), and
+`simulate` and `plan` apply it by default (`--discrepancy REPORT.json` or `none`): RESULT.json
+intervals become prediction intervals (the posterior-only ones are kept beside them), and a
+plan's SLO probability per draw becomes ``Phi((log threshold - log value) / sd)`` instead of
+0 or 1 (`pass_probability`). Metrics no validation scores (TTFT and E2E p99, TPOT, throughput)
+stay posterior-only.
+
 The predicted point is the predictive **median** over draws, the point `bayesblis.validate`
 scores (`validate.POINT_PREDICTION`): the discrepancy is then the spread of exactly the
 errors reported, and it is multiplicative about the median, as the widening is (the median
@@ -40,6 +49,9 @@ saturate a stage near capacity into the offset ``d``, and widen every run's inte
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -87,3 +99,70 @@ def widened_interval(draws, sd: float, ci_prob: float, seed: int = 0) -> tuple[f
     mixed = (x[:, None] * np.exp(sd * z)).ravel()
     lo, hi = np.quantile(mixed, [(1 - ci_prob) / 2, (1 + ci_prob) / 2])
     return float(lo), float(hi)
+
+
+CATALOG_FILE = Path(__file__).with_name("catalog") / "discrepancy.json"
+"""The packaged discrepancy: `bayesblis validate` on the 16 shared H100 runs, held out by
+experiment (rebuild: ``python3 benchmarks/build_discrepancy.py REPORT.json``)."""
+
+
+@dataclass(frozen=True)
+class Discrepancy:
+    """Log-scale sd of the simulator discrepancy per RESULT.json metric (`sd`), and where it
+    was measured (`source`, `holdout`: 'experiment' = new runs of traced deployments)."""
+
+    sd: dict = field(default_factory=dict)
+    source: str = ""
+    holdout: str = ""
+
+    def for_metric(self, metric: str) -> float:
+        """The metric's sd; 0 for a metric no validation calibrated (posterior-only)."""
+        return float(self.sd.get(metric, 0.0))
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "holdout": self.holdout,
+                "sd": {m: round(v, 6) for m, v in self.sd.items()},
+                "posterior_only_metrics": "every other metric"}
+
+
+def load_discrepancy(path=None) -> Discrepancy:
+    """The discrepancy in `path`: a `bayesblis validate` REPORT.json (its pooled
+    `simulator_discrepancy`) or a file like ``catalog/discrepancy.json``; None: the packaged one.
+    A missing or malformed entry is an InputError naming the file and field."""
+    from bayesblis.errors import InputError
+    from bayesblis.io.text import load_json_checked
+
+    path = Path(path) if path is not None else CATALOG_FILE
+    expected = "a `bayesblis validate` REPORT.json or a discrepancy JSON with 'metrics'"
+    doc = load_json_checked(path, expected=expected)
+    if isinstance(doc, dict) and "simulator_discrepancy" in doc:
+        doc = doc["simulator_discrepancy"]
+    if not isinstance(doc, dict) or not isinstance(doc.get("metrics"), dict) or not doc["metrics"]:
+        raise InputError(path, "no per-metric discrepancy", field="metrics", expected=expected)
+    sd = {}
+    for metric, entry in doc["metrics"].items():
+        value = entry.get("sd") if isinstance(entry, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not np.isfinite(value) or value < 0:
+            raise InputError(path, f"sd is {value!r}", field=f"metrics.{metric}.sd",
+                             expected="a finite number >= 0 (log-scale sd)")
+        sd[metric] = float(value)
+    return Discrepancy(sd=sd, source=str(doc.get("source") or path),
+                       holdout=str(doc.get("holdout", "")))
+
+
+def pass_probability(values, threshold: float, sd: float, inclusive: bool = False) -> np.ndarray:
+    """Per draw, P(value x exp(sd z) < threshold), z standard normal: Phi((log threshold -
+    log value) / sd); with sd = 0 the indicator (<= when `inclusive`). A missing or
+    non-positive value (no completed request) fails."""
+    from scipy.stats import norm
+
+    v = np.asarray(values, float)
+    out = np.zeros(v.shape)
+    if sd <= 0:
+        ok = np.isfinite(v)
+        out[ok] = (v[ok] <= threshold) if inclusive else (v[ok] < threshold)
+        return out
+    ok = np.isfinite(v) & (v > 0)
+    out[ok] = norm.cdf((np.log(threshold) - np.log(v[ok])) / sd)
+    return out

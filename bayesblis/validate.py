@@ -37,7 +37,7 @@ from bayesblis.model.data import ModelData
 from bayesblis.model.store import Posterior
 
 METRICS = {"e2e_mean_s": "e2e_mean_s", "ttft_mean_s": "ttft_mean_s", "itl_mean_s": "itl_mean_s",
-           "e2e_p90_s": "e2e_p90_s"}
+           "e2e_p90_s": "e2e_p90_s", "ttft_p90_s": "ttft_p90_s"}
 """Measured column (io.inference_perf.stage_measurements) -> simulated RESULT.json metric."""
 
 POINT_PREDICTION = "median"
@@ -97,7 +97,7 @@ def compare(source, result, *, fold: str, holdout: str, discrepancy: dict | None
     results, the interval is the posterior draws widened by the simulator discrepancy; the
     model's own interval and its coverage are kept as ``model_pred_*`` and
     ``model_covered_*``."""
-    from bayesblis.discrepancy import widened_interval
+    from bayesblis.discrepancy import pass_probability, widened_interval
     from bayesblis.io.inference_perf import correct_output_counts
 
     measured = source.tables["stage_measurements"].reset_index(drop=True)
@@ -122,12 +122,18 @@ def compare(source, result, *, fold: str, holdout: str, discrepancy: dict | None
             if pred is None or not np.isfinite(value):
                 continue
             lo, hi = pred["lo"], pred["hi"]
-            if discrepancy and "per_draw_stages" in result:
+            if "per_draw_stages" in result:
                 draws = np.asarray(result["per_draw_stages"][i][metric], float)
-                draws = draws * (itl_scale if metric == "itl_mean_s" else 1.0)
+                draws = draws[np.isfinite(draws)] * (itl_scale if metric == "itl_mean_s" else 1.0)
+                sd = discrepancy[metric]["sd"] if discrepancy else 0.0
+                # PIT: the predictive probability of a value below the measured one (a plan's
+                # P(pass) at threshold = measured); uniform over stages when calibrated
+                rec[f"pit_{metric}"] = float(np.mean(pass_probability(draws, value, sd)))
+            if discrepancy and "per_draw_stages" in result:
                 rec[f"model_pred_{metric}_lo"], rec[f"model_pred_{metric}_hi"] = lo, hi
                 rec[f"model_covered_{metric}"] = bool(lo <= value <= hi)
-                lo, hi = widened_interval(draws, discrepancy[metric]["sd"], CI_PROB, seed=seed + i)
+                rec[f"model_pit_{metric}"] = float(np.mean(pass_probability(draws, value, 0.0)))
+                lo, hi = widened_interval(draws, sd, CI_PROB, seed=seed + i)
             point = pred[POINT_PREDICTION]
             rec[f"pred_{metric}"] = point
             rec[f"pred_{metric}_mean"] = pred["mean"]
@@ -180,7 +186,24 @@ def summarize(records: list[dict], holdout: str, ci_prob: float = CI_PROB) -> di
     model_only = [c for c in normal.columns if c.startswith("model_covered_")]
     if model_only:
         summary["coverage_90_posterior_only"] = _share_covered(normal[model_only])
+    for key, prefix in (("calibration", "pit_"), ("calibration_posterior_only", "model_pit_")):
+        cols = [c for c in normal.columns if c.startswith(prefix)]
+        if cols:
+            summary[key] = pit_calibration(normal[cols].to_numpy(dtype=float).ravel())
     return summary
+
+
+CALIBRATION_LEVELS = (0.5, 0.8, 0.9)
+
+
+def pit_calibration(pit) -> dict:
+    """{"central_50": share, ...}: the share of measured values inside the predictive's central
+    p interval (|PIT - 0.5| <= p / 2) at each level of `CALIBRATION_LEVELS`; calibrated
+    predictions give about p at every level, and a plan's stated SLO probabilities hold."""
+    u = np.asarray(pit, float)
+    u = u[np.isfinite(u)]
+    return {f"central_{int(p * 100)}": (float(np.mean(np.abs(u - 0.5) <= p / 2)) if len(u) else None)
+            for p in CALIBRATION_LEVELS} | {"n": int(len(u))}
 
 
 def _share_covered(flags: pd.DataFrame) -> float | None:
@@ -206,6 +229,18 @@ def cross_fold_discrepancy(predictions: list[dict]) -> dict:
         others = [r for p in predictions if p["fold"] != fold for r in p["records"]]
         out[fold] = discrepancy_sd(others, METRICS.values())
     return out
+
+
+def pooled_discrepancy(predictions: list[dict], holdout: str) -> dict:
+    """The simulator discrepancy of a new prediction, calibrated on every held-out stage of
+    every fold (each fold's errors are out of sample for its fit): what `simulate` and
+    `plan --discrepancy REPORT.json` widen by (bayesblis.discrepancy.load_discrepancy)."""
+    from bayesblis.discrepancy import discrepancy_sd
+
+    records = [r for p in predictions for r in p["records"]]
+    return {"holdout": holdout, "ci_prob": CI_PROB, "point_prediction": POINT_PREDICTION,
+            "n_runs": len({r["experiment"] for r in records}),
+            "metrics": discrepancy_sd(records, METRICS.values())}
 
 
 DEFAULT_DRAWS = {"experiment": 30, "model": 150}
@@ -297,6 +332,7 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=None,
     else:
         raise ValueError(f"holdout must be 'experiment' or 'model', not {holdout!r}")
     calibrated = cross_fold_discrepancy(predictions) if discrepancy else {}
+    pooled = pooled_discrepancy(predictions, holdout)
     for p in predictions:  # widened intervals, or the posterior-only records as they are
         records += (compare(p["source"], p["result"], fold=p["fold"], holdout=holdout,
                             discrepancy=calibrated[p["fold"]], seed=seed)
@@ -306,7 +342,7 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=None,
     return {"holdout": holdout, "hardware": hardware, "n_draws": n_draws, "sampler": sampler,
             "max_obs_per_run": max_obs_per_run, "discrepancy": discrepancy,
             "operator_profiles": profile_info,
-            "point_prediction": POINT_PREDICTION,
+            "point_prediction": POINT_PREDICTION, "simulator_discrepancy": pooled,
             "records": records, "folds": folds_info, "summary": summarize(records, holdout)}
 
 
@@ -412,6 +448,15 @@ def format_table(report: dict) -> str:
     if s.get("coverage_90_posterior_only") is not None:
         lines.append(f"  (posterior-only intervals, without the simulator discrepancy: "
                      f"{s['coverage_90_posterior_only'] * 100:.0f}%)")
+    if s.get("calibration"):
+        def levels(c):
+            return " / ".join("n/a" if c.get(f"central_{int(p * 100)}") is None
+                              else f"{c[f'central_{int(p * 100)}'] * 100:.0f}%" for p in CALIBRATION_LEVELS)
+        names = " / ".join(f"{int(p * 100)}%" for p in CALIBRATION_LEVELS)
+        lines.append(f"  predictive calibration (PIT): the central {names} intervals hold "
+                     f"{levels(s['calibration'])} of the measured values"
+                     + (f" (posterior-only: {levels(s['calibration_posterior_only'])})"
+                        if s.get("calibration_posterior_only") else ""))
     return "\n".join(lines)
 
 

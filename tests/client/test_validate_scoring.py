@@ -65,3 +65,32 @@ def test_errors_are_of_the_median_and_the_mean_error_is_kept(source):
     assert "predictive median" in table.splitlines()[0]
     assert "15% of draws saturate" in table and "of the predictive mean" in table
     assert set(METRICS.values()) <= set(RESULT_METRICS)
+
+
+def test_pit_is_the_predictive_probability_below_the_measurement(source):
+    """PIT per stage and metric: the share of draws (widened by the discrepancy) below the
+    measured value; its central-interval shares are the calibration the summary reports."""
+    from scipy.stats import norm
+
+    from bayesblis.validate import METRICS, compare, pit_calibration, summarize as summarize_report
+
+    result = cliff_result(source)
+    plain = compare(source, result, fold="f", holdout="experiment")
+    disc = {m: {"sd": 0.05} for m in METRICS.values()}
+    wide = compare(source, result, fold="f", holdout="experiment", discrepancy=disc)
+    for p, w in zip(plain, wide):
+        for m in ("e2e_mean_s", "ttft_mean_s", "e2e_p90_s", "ttft_p90_s"):
+            assert p[f"pit_{m}"] == pytest.approx(17 / 20)         # 17 draws at 0.95 x measured
+            assert w[f"model_pit_{m}"] == pytest.approx(17 / 20)
+            assert w[f"pit_{m}"] == pytest.approx(17 / 20 * norm.cdf(np.log(1 / 0.95) / 0.05))
+    for rec in wide:
+        rec["overloaded"] = False
+    summary = summarize_report(wide, "experiment")
+    assert set(summary["calibration"]) == {"central_50", "central_80", "central_90", "n"}
+    assert summary["calibration_posterior_only"]["central_80"] == 1.0   # |0.85 - 0.5| <= 0.4
+    assert summary["calibration_posterior_only"]["central_50"] == 0.0
+    u = np.random.default_rng(0).uniform(size=20000)
+    cal = pit_calibration(np.r_[u, np.nan])
+    assert cal["n"] == 20000
+    for level in (50, 80, 90):
+        assert cal[f"central_{level}"] == pytest.approx(level / 100, abs=0.01)
