@@ -94,6 +94,14 @@ class SLO:
             ok = v < self.threshold_s if self.op == "<" else v <= self.threshold_s
         return ok & np.isfinite(v)
 
+    def pass_probability(self, values, discrepancy=None) -> np.ndarray:
+        """Per-draw probability of passing once the simulator discrepancy of this metric is
+        allowed for (`bayesblis.discrepancy.pass_probability`); 0/1 without one."""
+        from bayesblis.discrepancy import pass_probability
+
+        sd = discrepancy.for_metric(self.result_metric) if discrepancy else 0.0
+        return pass_probability(values, self.threshold_s, sd, inclusive=self.op == "<=")
+
     def to_dict(self) -> dict:
         return {"name": self.name, "metric": self.metric, "result_metric": self.result_metric,
                 "op": self.op, "threshold_s": self.threshold_s}
@@ -461,8 +469,14 @@ def _clean(v):
     return v if math.isfinite(v) else None
 
 
-def _evaluate(stream, duration_s, cfg, constants, draws, slos, seed, ci_prob, n_workers):
-    """Simulate every draw at one rate: the evaluation record and the per-draw arrays."""
+def _evaluate(stream, duration_s, cfg, constants, draws, slos, seed, ci_prob, n_workers,
+              discrepancy=None):
+    """Simulate every draw at one rate: the evaluation record and the per-draw arrays.
+
+    With a `discrepancy`, each draw passes an SLO with a probability (its metric times the
+    simulator's log-normal error) and all SLOs with the smallest of those: one error shared
+    by the metrics of a run (held-out E2E and ITL errors are within a point of each other in
+    every validated stage). Independent errors would give the product, lower."""
     def at(rate):
         w = stream.workload(rate, duration_s)
         if len(w):
@@ -472,13 +486,15 @@ def _evaluate(stream, duration_s, cfg, constants, draws, slos, seed, ci_prob, n_
             per.update(n_dropped=np.zeros(draws.n_draws, np.int64),
                        busy_fraction=np.zeros(draws.n_draws), n_steps=np.zeros(draws.n_draws, np.int64),
                        saturated=np.full(draws.n_draws, np.nan))
-        passes = {s.name: s.passes(per[s.result_metric]) for s in slos}
-        all_ok = np.logical_and.reduce(list(passes.values()))
+        passes = {s.name: s.pass_probability(per[s.result_metric], discrepancy) for s in slos}
+        all_ok = np.minimum.reduce(list(passes.values()))
         rec = {"rate_per_s": float(rate), "n_requests": int(len(w)),
                "p_all": float(all_ok.mean()),
                "p_slo": {k: float(v.mean()) for k, v in passes.items()},
                "saturated_share": saturated_share(per["saturated"]),
-               "metrics": {m: summarize(per[m], ci_prob) for m in METRICS},
+               "metrics": {m: summarize(per[m], ci_prob,
+                                        discrepancy.for_metric(m) if discrepancy else 0.0, seed)
+                           for m in METRICS},
                "dropped_fraction": (float(np.mean(per["n_dropped"]) / len(w)) if len(w) else 0.0),
                "busy_fraction": _clean(np.mean(per["busy_fraction"]))}
         return rec, per, w
@@ -494,7 +510,7 @@ def _setup(task: dict):
     constants = deployment_constants(deployment)
     stream = RequestStream(sc, seed=s.seed)
     at = _evaluate(stream, s.duration_s, cfg, constants, task["draws"], task["slos"], s.seed,
-                   s.ci_prob, task.get("n_workers"))
+                   s.ci_prob, task.get("n_workers"), task.get("discrepancy"))
     return deployment, cfg, at
 
 
@@ -585,7 +601,8 @@ def plan_option(task: dict) -> dict:
 
 def option_tasks(scenario, posterior, option_settings: list[dict], slos: list[SLO],
                  search: SearchSettings, *, n_draws: int = 50, allow_unseen: bool = False,
-                 posterior_source: str = "posterior", n_workers: int | None = None) -> list[dict]:
+                 posterior_source: str = "posterior", n_workers: int | None = None,
+                 discrepancy=None) -> list[dict]:
     """One task per option: the scenario with the option applied and its coefficient
     draws (checked here, before any simulation: unseen levels need `allow_unseen`)."""
     from bayesblis.coefficients import posterior_draws
@@ -605,7 +622,7 @@ def option_tasks(scenario, posterior, option_settings: list[dict], slos: list[SL
             raise BayesBlisError(f"option {label}: {exc}") from None
         draws = Draws.from_coefficient_draws(cd, source=f"{posterior_source}")
         tasks.append({"scenario": sc, "settings": settings, "draws": draws, "slos": list(slos),
-                      "search": search, "n_workers": n_workers,
+                      "search": search, "n_workers": n_workers, "discrepancy": discrepancy,
                       "coefficients": {"source": posterior_source, "config": cd.config,
                                        "seen_config": bool(cd.seen_config),
                                        "unseen_levels": {k: str(v) for k, v in cd.unseen_levels.items()},
@@ -616,10 +633,13 @@ def option_tasks(scenario, posterior, option_settings: list[dict], slos: list[SL
 def run_plan(scenario, posterior, slos: list[SLO], option_settings: list[dict] | None = None, *,
              search: SearchSettings, n_draws: int = 50, allow_unseen: bool = False,
              scheduler: str | None = None, n_workers: int | None = None, dask_workers: int = 2,
-             posterior_source: str = "posterior", progress=None, on_eval=None) -> dict:
+             posterior_source: str = "posterior", progress=None, on_eval=None,
+             discrepancy=None) -> dict:
     """Capacity of every option; the PLAN.json document (data_specs/plan.md).
 
-    `posterior`: a loaded posterior or a path; `scheduler`: None (serial), 'local' or a
+    `posterior`: a loaded posterior or a path; `discrepancy`: a
+    `bayesblis.discrepancy.Discrepancy` the SLO probabilities allow for (None: posterior
+    draws only); `scheduler`: None (serial), 'local' or a
     Dask address (same results); `progress(i)` after each finished option; `on_eval(label,
     rec)` after each rate evaluation (serial path only).
     """
@@ -632,7 +652,7 @@ def run_plan(scenario, posterior, slos: list[SLO], option_settings: list[dict] |
     option_settings = option_settings or [{}]
     tasks = option_tasks(scenario, posterior, option_settings, slos, search, n_draws=n_draws,
                          allow_unseen=allow_unseen, posterior_source=posterior_source,
-                         n_workers=n_workers)
+                         n_workers=n_workers, discrepancy=discrepancy)
     if scheduler is None and on_eval is not None:
         for t in tasks:
             label = option_label(t["settings"])
@@ -654,6 +674,7 @@ def run_plan(scenario, posterior, slos: list[SLO], option_settings: list[dict] |
         "best_option": best,
         "metadata": {"package_version": __version__, "posterior": posterior_source,
                      "draws": int(n_draws), "seed": int(search.seed),
+                     "discrepancy": discrepancy.to_dict() if discrepancy else None,
                      "ci_prob": float(search.ci_prob), "scheduler": scheduler or "serial",
                      "n_options": len(options),
                      "n_evaluations": sum(o["search"]["n_evaluations"]

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from bayesblis.cli.discrepancy_option import discrepancy_option, resolve_discrepancy
+
 
 @click.command("plan", context_settings={"show_default": True})
 @click.argument("scenario", type=click.Path(exists=True, path_type=Path))
@@ -54,9 +56,10 @@ import click
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("plan.json"), help="PLAN.json to write (data_specs/plan.md).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@discrepancy_option
 def command(scenario, more_options, posterior, slo_text, prob, options, draws, duration_s,
             hardware, replay, allow_unseen, start_rate, min_rate, max_rate, rel_tol, max_evals,
-            curve_text, seed, scheduler, workers, out, no_progress):
+            curve_text, seed, scheduler, workers, out, no_progress, discrepancy):
     """For every deployment option of SCENARIO (scenario YAML, inference-perf folder or
     TraceV2 header.yaml), find the highest arrival rate at which all SLOs hold with
     posterior probability >= --prob, and write PLAN.json (probability-vs-rate curves,
@@ -95,6 +98,7 @@ def command(scenario, more_options, posterior, slo_text, prob, options, draws, d
         raise click.BadParameter(f"{scheduler!r} (expected 'local' or tcp://host:port)",
                                  param_hint="'--scheduler'")
 
+    discrepancy = resolve_discrepancy(discrepancy)
     sc = load_scenario(scenario, hardware=hardware, replay=replay, seed=seed)
     load_model(sc.model)  # an unknown model fails here, before the posterior is read
     dur = float(duration_s) if duration_s is not None else default_duration_s(sc)
@@ -117,7 +121,7 @@ def command(scenario, more_options, posterior, slo_text, prob, options, draws, d
         plan = run_plan(sc, posterior, slos, settings, search=search, n_draws=draws,
                         allow_unseen=allow_unseen, scheduler=scheduler, n_workers=workers,
                         posterior_source=str(posterior), progress=lambda i: bar.update(1),
-                        on_eval=on_eval)
+                        on_eval=on_eval, discrepancy=discrepancy)
     finally:
         bar.close()
     plan["metadata"]["scenario_path"] = str(scenario)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from bayesblis.cli.discrepancy_option import discrepancy_option, resolve_discrepancy
+
 
 @click.command("simulate")
 @click.argument("scenario", type=click.Path(exists=True, path_type=Path))
@@ -34,10 +36,12 @@ import click
               help="Draws per Dask task (default: about 4 tasks per local worker).")
 @click.option("--trace-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also write traces.json + kv_events.jsonl of one run at the mean coefficients.")
+@discrepancy_option
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="RESULT.json to write.")
 def command(scenario, posterior, coefficients, draws, hardware, replay, allow_unseen, seed,
-            max_duration_s, workers, scheduler, dask_workers, chunk_size, trace_dir, out):
+            max_duration_s, workers, scheduler, dask_workers, chunk_size, trace_dir, discrepancy,
+            out):
     """Simulate SCENARIO (scenario YAML, inference-perf folder or TraceV2 header.yaml)
     once per coefficient draw and write RESULT.json (latency metrics with intervals)."""
     from tqdm import tqdm
@@ -50,6 +54,7 @@ def command(scenario, posterior, coefficients, draws, hardware, replay, allow_un
     if (posterior is None) == (coefficients is None):
         raise click.UsageError("give exactly one of --posterior or --coefficients")
     check_scheduler(scheduler)
+    discrepancy = resolve_discrepancy(discrepancy)
     sc = load_scenario(scenario, hardware=hardware, replay=replay, seed=seed)
     deployment = sc.deployment()
     if posterior is not None:
@@ -66,7 +71,7 @@ def command(scenario, posterior, coefficients, draws, hardware, replay, allow_un
         result = run_scenario(sc, d, seed=seed, max_duration_s=max_duration_s,
                               progress=lambda i: bar.update(1), deployment=deployment,
                               n_workers=workers, scheduler=scheduler, chunk_size=chunk_size,
-                              dask_workers=dask_workers)
+                              dask_workers=dask_workers, discrepancy=discrepancy)
     if trace_dir is not None:
         result["metadata"]["trace_dir"] = str(trace_dir)
         _write_traces(sc, d, deployment, trace_dir, seed, max_duration_s)
@@ -100,8 +105,11 @@ def format_summary(result: dict) -> str:
     width = 42
     ci = int(round(result["metadata"].get("ci_prob", 0.9) * 100))
     head = f"{'metric':<26}" + "".join(f"{name:>{width}}" for name, _ in blocks)
-    lines = [f"median over draws [{ci}% interval] and mean (a few saturated draws inflate "
-             "the mean)", head, "-" * len(head)]
+    disc = result["metadata"].get("discrepancy")
+    kind = (f"{ci}% prediction interval: draws x simulator discrepancy" if disc
+            else f"{ci}% interval of the posterior draws")
+    lines = [f"median over draws [{kind}] and mean (a few saturated draws inflate the mean)",
+             head, "-" * len(head)]
     for m in METRICS:
         row = f"{m:<26}"
         for _, b in blocks:
@@ -122,6 +130,10 @@ def format_summary(result: dict) -> str:
     lines.append(f"requests {c['n_requests']}  dropped {c['n_dropped']}  "
                  f"excluded (errors) {c['n_excluded_errors']}  preemptions (mean) "
                  f"{(c['n_preemptions'] or {}).get('mean') or 0:.0f}  draws {result['metadata']['draws']}")
+    if disc:
+        widened = ", ".join(m for m in METRICS if m in disc["sd"])
+        lines.append(f"discrepancy ({disc['source']}) widens {widened}; the other metrics are "
+                     "posterior-only (--discrepancy none: all)")
     lines.append(f"saturated: the queue keeps growing through the stage (completion lag grows "
                  f"> {SATURATION_LAG_GROWTH:.0%} of the elapsed time; "
                  "data_specs/simulation-result.md)")

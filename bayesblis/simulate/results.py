@@ -65,15 +65,26 @@ class Draws:
         return cls(cd.beta, cd.alpha, cd.noise_sigma, cd.noise_nu, source)
 
 
-def summarize(values, ci_prob: float = CI_PROB) -> dict:
-    """Mean, median and equal-tailed interval of per-draw values (NaNs ignored)."""
+def summarize(values, ci_prob: float = CI_PROB, discrepancy_sd: float = 0.0,
+              seed: int = 0) -> dict:
+    """Mean, median and equal-tailed interval of per-draw values (NaNs ignored).
+
+    With `discrepancy_sd` > 0 the interval is a prediction interval: the draws widened by
+    the simulator discrepancy (`bayesblis.discrepancy.widened_interval`); the posterior-only
+    one is kept as ``posterior_lo`` / ``posterior_hi``. Mean and median stay the draws'."""
+    from bayesblis.discrepancy import widened_interval
+
     v = np.asarray(values, float)
     v = v[np.isfinite(v)]
     if v.size == 0:
         return {"mean": None, "median": None, "lo": None, "hi": None, "ci_prob": float(ci_prob)}
     lo, hi = np.quantile(v, [(1 - ci_prob) / 2, (1 + ci_prob) / 2])
-    return {"mean": float(v.mean()), "median": float(np.median(v)), "lo": float(lo),
-            "hi": float(hi), "ci_prob": float(ci_prob)}
+    out = {"mean": float(v.mean()), "median": float(np.median(v)), "lo": float(lo),
+           "hi": float(hi), "ci_prob": float(ci_prob)}
+    if discrepancy_sd > 0:
+        out["posterior_lo"], out["posterior_hi"] = out["lo"], out["hi"]
+        out["lo"], out["hi"] = widened_interval(v, discrepancy_sd, ci_prob, seed=seed)
+    return out
 
 
 def stage_lag_growth(arrival_s, finish_s, start_s: float, end_s: float) -> float:
@@ -219,8 +230,11 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
                  ci_prob: float = CI_PROB, progress=None, deployment=None,
                  n_workers: int | None = None, scheduler: str | None = None,
                  chunk_size: int | None = None, dask_workers: int = 2,
-                 keep_draws: bool = False) -> dict:
+                 keep_draws: bool = False, discrepancy=None) -> dict:
     """Simulate `scenario` once per draw and return the RESULT.json document.
+
+    `discrepancy` (`bayesblis.discrepancy.Discrepancy`, or None for posterior-only
+    intervals): widen the intervals of the metrics it calibrates into prediction intervals.
 
     `keep_draws`: also return every draw's stage metrics under ``per_draw_stages`` (a list
     per stage of {metric: [D values]}; not part of RESULT.json).
@@ -277,7 +291,9 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
     reasons = records[0].get("reasons", {}) if records else {}
 
     def block(metrics):
-        return {m: summarize(metrics[m], ci_prob) for m in METRICS}
+        return {m: summarize(metrics[m], ci_prob,
+                             discrepancy.for_metric(m) if discrepancy else 0.0, seed)
+                for m in METRICS}
 
     stages = []
     for s in range(n_stage):
@@ -306,6 +322,7 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
         "metadata": {"scenario": scenario.describe(), "engine": cfg.__dict__,
                      "deployment": _describe(deployment),
                      "coefficients_source": draws.source, "draws": int(draws.n_draws),
+                     "discrepancy": discrepancy.to_dict() if discrepancy else None,
                      "seed": int(seed), "ci_prob": float(ci_prob),
                      "max_duration_s": max_duration_s, "package_version": __version__,
                      "wall_s": round(wall, 3),

@@ -336,3 +336,34 @@ def test_cli_parse_errors_are_usage_errors(tiny_posterior, tmp_path, args, words
     for w in words:
         assert w in res.output
     assert not (tmp_path / "p.json").exists()
+
+
+def test_discrepancy_turns_each_draw_into_a_pass_probability(sweep):
+    """With a simulator discrepancy a draw passes an SLO with probability Phi((log threshold
+    - log value) / sd), all SLOs with the smallest of those; the capacity at a stated
+    probability falls (a draw must now clear its SLOs by a margin)."""
+    from scipy.stats import norm
+
+    from bayesblis.discrepancy import Discrepancy
+    from bayesblis.simulate.results import METRICS
+
+    sc, posterior, slos, search, plan, _ = sweep
+    base = plan["options"][0]
+    cap = base["capacity_rate_per_s"]
+    disc = Discrepancy(sd={m: 0.3 for m in METRICS if m != "throughput_tokens_per_s"},
+                       source="test", holdout="experiment")
+    task = option_tasks(sc, posterior, [{}], slos, search, n_draws=DRAWS, discrepancy=disc)[0]
+    rec = probability_curve(task, [cap])[0]
+    values = base["at_capacity"]["per_draw"]          # the same simulations, posterior-only
+    probs = {s.name: norm.cdf((np.log(s.threshold_s) - np.log(np.array(values[s.result_metric],
+                                                                       float))) / 0.3)
+             for s in slos}
+    for name, p in probs.items():
+        assert rec["p_slo"][name] == pytest.approx(p.mean())
+    assert rec["p_all"] == pytest.approx(np.minimum.reduce(list(probs.values())).mean())
+    m = rec["metrics"]["ttft_p90_s"]
+    assert m["lo"] < m["posterior_lo"] and m["hi"] > m["posterior_hi"]
+    widened = run_plan(sc, posterior, slos, [{}], search=search, n_draws=DRAWS,
+                       posterior_source="p", discrepancy=disc)
+    assert widened["metadata"]["discrepancy"]["sd"]["ttft_p90_s"] == 0.3
+    assert widened["options"][0]["capacity_rate_per_s"] < cap

@@ -19,9 +19,11 @@ SUMMARY_KEYS = {"mean", "median", "lo", "hi", "ci_prob"}
 def check_result(path, n_stages=None):
     res = json.loads(path.read_text())
     assert {"summary", "stages", "counts", "metadata"} <= set(res)
+    widened = (res["metadata"].get("discrepancy") or {}).get("sd", {})
     for block in [res["summary"], *res["stages"]]:
         for m in METRICS:
-            assert set(block[m]) == SUMMARY_KEYS
+            extra = {"posterior_lo", "posterior_hi"} if m in widened else set()
+            assert set(block[m]) == SUMMARY_KEYS | extra
     if n_stages is not None:
         assert len(res["stages"]) == n_stages
     assert {"n_requests", "n_dropped", "n_preemptions"} <= set(res["counts"])
@@ -188,3 +190,67 @@ def test_posterior_option_uses_posterior_draws(tmp_path, monkeypatch):
     assert res["metadata"]["draws"] == 6 and "posterior" in res["metadata"]["coefficients_source"]
     e2e = res["summary"]["e2e_mean_s"]
     assert e2e["lo"] < e2e["hi"]
+
+
+def test_prediction_intervals_widen_by_the_simulator_discrepancy(tmp_path):
+    """By default the intervals of the metrics validation calibrates are prediction
+    intervals (draws x the packaged discrepancy), the posterior-only ones kept beside them;
+    `--discrepancy none` gives the posterior-only ones; a report gives its own."""
+    from bayesblis.discrepancy import load_discrepancy
+
+    sc = tmp_path / "sc.yaml"
+    sc.write_text(yaml.safe_dump({"model": "llama-2-7b", "hardware": "H100-SXM", "workload": {
+        "stages": [{"rate": 4, "duration": 8}], "prompt_tokens": 300, "output_tokens": 30}}))
+    coef = tmp_path / "c.json"
+    coef.write_text(json.dumps({"alpha": ALPHA_PRIOR, "beta": BETA_PRIOR, "noise_sigma": 0.1,
+                                "noise_nu": 5}))
+    runs = {}
+    for name, extra in (("default", []), ("none", ["--discrepancy", "none"])):
+        out = tmp_path / f"{name}.json"
+        r = invoke([sc, "--coefficients", coef, "--draws", 8, "--out", out, *extra])
+        runs[name] = (json.loads(out.read_text()), r.output)
+    (wide, text), (plain, plain_text) = runs["default"], runs["none"]
+    packaged = load_discrepancy()
+    assert wide["metadata"]["discrepancy"]["sd"] == pytest.approx(packaged.sd, abs=1e-6)
+    assert plain["metadata"]["discrepancy"] is None
+    assert "prediction interval" in text and "posterior-only" in text
+    assert "interval of the posterior draws" in plain_text
+    for m in METRICS:
+        w, p = wide["summary"][m], plain["summary"][m]
+        assert (w["median"], w["mean"]) == (p["median"], p["mean"])    # the point is the draws'
+        if m in packaged.sd:
+            assert (w["posterior_lo"], w["posterior_hi"]) == (p["lo"], p["hi"])
+            assert w["hi"] - w["lo"] > p["hi"] - p["lo"] and w["lo"] <= w["median"] <= w["hi"]
+        else:
+            assert w == p
+    # a validate report of one's own: only its metrics are widened
+    report = tmp_path / "REPORT.json"
+    report.write_text(json.dumps({"simulator_discrepancy": {
+        "holdout": "model", "metrics": {"ttft_mean_s": {"sd": 0.2}}}}))
+    out = tmp_path / "own.json"
+    invoke([sc, "--coefficients", coef, "--draws", 8, "--out", out, "--discrepancy", report])
+    own = json.loads(out.read_text())
+    assert own["metadata"]["discrepancy"]["sd"] == {"ttft_mean_s": 0.2}
+    assert "posterior_lo" in own["summary"]["ttft_mean_s"]
+    assert own["summary"]["e2e_mean_s"] == plain["summary"]["e2e_mean_s"]
+
+
+def test_bad_discrepancy_is_one_line_error(tmp_path, capsys):
+    from bayesblis.cli import main
+
+    sc = tmp_path / "sc.yaml"
+    sc.write_text(yaml.safe_dump({"model": "llama-2-7b", "hardware": "H100-SXM", "workload": {
+        "stages": [{"rate": 1, "duration": 2}], "prompt_tokens": 10, "output_tokens": 2}}))
+    coef = coefficients_json(tmp_path / "c.json")
+    bad = tmp_path / "d.json"
+    bad.write_text(json.dumps({"metrics": {"e2e_mean_s": {"sd": -1}}}))
+    for value, words in ((bad, ["d.json", "field 'metrics.e2e_mean_s.sd'", "expected"]),
+                         (tmp_path / "missing.json", ["--discrepancy", "is not a file"])):
+        with pytest.raises(SystemExit) as exc:
+            main(["simulate", str(sc), "--coefficients", str(coef), "--out",
+                  str(tmp_path / "o.json"), "--discrepancy", str(value)])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        for w in words:
+            assert w in err, err
+    assert not (tmp_path / "o.json").exists()
