@@ -499,10 +499,21 @@ def calibrate(parent, configs: pd.DataFrame, obs: pd.DataFrame | None = None, *,
                              "note": "no calibration data: exact draws of the prior"})
     fit_info = {"method": f"calibration ({method})", "wall_s": wall, "n_obs": int(len(obs)),
                 "obs_per_kind": obs["kind"].value_counts().to_dict() if len(obs) else {},
-                "sampler_config": cfg, "diagnostics": diagnostics, "calibration": info}
+                "sampler_config": cfg, "diagnostics": diagnostics, "calibration": info,
+                "physical_bounds": _bound_report(post, obs, priors[0]["floor"], beta_f)}
     if data is None:  # keep the configurations (and an empty table) for the file
         data = _EmptyData(configs)
     return Calibration(parent, idata, data, fit_info, beta_f, alpha_f)
+
+
+def _bound_report(post, obs: pd.DataFrame, floor, beta_f) -> list[dict]:
+    """`model.bounds.physical_bound_report` of the calibrated coefficients the traffic
+    informs (none without observations: the prior is the parent's population)."""
+    from bayesblis.model.bounds import physical_bound_report
+
+    if not len(obs):
+        return []
+    return physical_bound_report(post, obs, floors=dict(zip(beta_f, np.asarray(floor, float))))
 
 
 class _EmptyData:

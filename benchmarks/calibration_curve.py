@@ -110,6 +110,10 @@ def main(argv=None):
             row = {"model": held, "calibration_run": calib_source.name, "requests": budget,
                    "n_obs": int(len(obs)), "calibration_wall_s": wall,
                    "diagnostics_passed": cal.fit_info["diagnostics"].get("passed"),
+                   # coefficients the bound report flags (model/bounds.py): below the
+                   # datasheet, at a floor, or implausibly slow ("above")
+                   "physical_bounds": [f"{b['feature']} {b['side']} (median {b['median']:.3g})"
+                                       for b in cal.fit_info["physical_bounds"]],
                    **{k: s.get(k) for k in ("median_abs_pct_error_e2e_mean",
                                             "median_abs_pct_error_ttft_mean",
                                             "median_abs_pct_error_itl_mean", "coverage_90",

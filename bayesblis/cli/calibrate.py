@@ -79,6 +79,10 @@ def command(posterior, inputs, out_path, hardware, max_requests, first_seconds, 
     if cal.fit_info["diagnostics"].get("passed") is not None:
         click.echo(format_diagnostics(cal.fit_info["diagnostics"]))
     click.echo(format_calibration(cal))
+    if len(obs):
+        from bayesblis.model.bounds import format_bound_report
+
+        click.echo(format_bound_report(cal.fit_info["physical_bounds"]))
     save_calibration(cal, out_path)
     click.echo(f"calibration took {time.perf_counter() - started:.1f} s "
                f"(sampling and prior {cal.fit_info['wall_s']:.1f} s)")

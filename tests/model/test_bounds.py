@@ -55,3 +55,17 @@ def test_a_floored_coefficient_is_reported_where_it_sits_at_its_floor():
         [("a", "prefill_compute_s", True)]
     assert "at its floor 1" in format_bound_report(rows)
     assert physical_bound_report(post) == []  # judged against the limit itself: not below
+
+
+def test_a_coefficient_far_above_the_datasheet_is_reported_as_implausibly_slow():
+    from bayesblis.model.bounds import PLAUSIBLE_MAX
+
+    post = _posterior({"a": {"prefill_compute_s": 14.0, "tp_comm_s": 1.2, "layer_overhead_s": 900},
+                       "b": {"prefill_compute_s": 8.0, "tp_comm_s": 1.2, "layer_overhead_s": 30}})
+    rows = physical_bound_report(post)
+    assert [(r["config"], r["feature"], r["side"]) for r in rows] == [("a", "prefill_compute_s", "above")]
+    assert rows[0]["prob_above"] == 1.0 and rows[0]["threshold"] == PLAUSIBLE_MAX["prefill_compute_s"]
+    text = format_bound_report(rows)
+    assert "no efficiency coefficient is below" in text          # nothing on the fast side
+    assert "implausibly slow: 1 coefficient(s)" in text and "7% of peak" in text
+    assert set(PLAUSIBLE_MAX) == set(EFFICIENCY_LIMITS)

@@ -166,7 +166,9 @@ def test_cli_calibrates_on_inference_perf_and_coefficients_read_it(population, t
                             "--tune", "10", "--chains", "1", "--quiet"])
     assert r.exit_code == 0, r.output
     assert "calibrated 90%" in r.output and f"wrote {out}" in r.output
+    assert "physical limits:" in r.output       # the bound report of the calibrated fit
     new = load_posterior(out)
+    assert isinstance(new.fit_info["physical_bounds"], list)
     assert (new.idata.posterior.sizes["chain"], new.idata.posterior.sizes["draw"]) == (1, 10)
     assert new.idata.posterior.attrs["bayesblis_calibration_of"] == str(path)
     info = new.fit_info["calibration"]
