@@ -705,9 +705,13 @@ def format_plan(plan: dict) -> str:
         lines.append(f"{o['label']:<{width}}{o['gpus']:>5}{cap_s:>16}{tps_s:>14}{p_s:>15}"
                      f"{sat_s:>11}{n_eval:>13}  {o['search']['status']}")
     slos = ", ".join(f"{s['metric']} {s['op']} {s['threshold_s']:g} s" for s in plan["slos"])
-    lines.append(f"SLOs {slos} must hold with posterior probability >= {pct} "
+    disc = plan["metadata"].get("discrepancy")
+    lines.append(f"SLOs {slos} must hold with probability >= {pct} "
                  f"({plan['metadata']['draws']} draws, {plan['traffic']['duration_s']:g} s of "
-                 f"{plan['traffic']['arrival']} traffic per rate)")
+                 f"{plan['traffic']['arrival']} traffic per rate; "
+                 + (f"each draw's pass probability includes the simulator discrepancy, "
+                    f"{disc['source']}" if disc else "posterior draws only, no simulator "
+                    "discrepancy") + ")")
     lines.append("saturated: share of draws whose queue keeps growing (data_specs/plan.md)")
     if any(o["search"].get("n_curve_evaluations") for o in plan["options"]):
         lines.append("evaluations: search + extra --curve rates")

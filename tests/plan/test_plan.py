@@ -345,6 +345,7 @@ def test_discrepancy_turns_each_draw_into_a_pass_probability(sweep):
     from scipy.stats import norm
 
     from bayesblis.discrepancy import Discrepancy
+    from bayesblis.plan import format_plan
     from bayesblis.simulate.results import METRICS
 
     sc, posterior, slos, search, plan, _ = sweep
@@ -366,4 +367,6 @@ def test_discrepancy_turns_each_draw_into_a_pass_probability(sweep):
     widened = run_plan(sc, posterior, slos, [{}], search=search, n_draws=DRAWS,
                        posterior_source="p", discrepancy=disc)
     assert widened["metadata"]["discrepancy"]["sd"]["ttft_p90_s"] == 0.3
+    assert "includes the simulator discrepancy, test" in format_plan(widened)
+    assert "posterior draws only" in format_plan(plan)
     assert widened["options"][0]["capacity_rate_per_s"] < cap
