@@ -121,8 +121,7 @@ class Discrepancy:
 
     def to_dict(self) -> dict:
         return {"source": self.source, "holdout": self.holdout,
-                "sd": {m: round(v, 6) for m, v in self.sd.items()},
-                "posterior_only_metrics": "every other metric"}
+                "sd": {m: round(v, 6) for m, v in self.sd.items()}}
 
 
 def load_discrepancy(path=None) -> Discrepancy:

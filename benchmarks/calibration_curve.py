@@ -15,7 +15,7 @@ Targets: held-out E2E-mean |error| <= 4% (median over normal-load stages), TTFT 
 90% interval coverage 80-95%, calibration wall <= 60 s.
 
 Usage:
-    python3 benchmarks/calibration_curve.py [--data DIR] [--budgets 0,50,200,1000]
+    python3 benchmarks/calibration_curve.py [--data DIR] [--budgets 0,50,200,1000,60s,300s]
         [--models llama-2-7b,...] [--out benchmarks/results/calibration_curve.json]
 """
 
@@ -47,7 +47,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(ROOT.parent / "shared/data/real/h100-inference-perf"))
     ap.add_argument("--hardware", default="H100")
-    ap.add_argument("--budgets", default="0,50,200,1000")
+    ap.add_argument("--budgets", default="0,50,200,1000",
+                    help="requests after the warm-up (N), or seconds of traffic (Ns)")
     ap.add_argument("--models", default=None, help="held-out models (default: all)")
     ap.add_argument("--fit-draws", type=int, default=300)
     ap.add_argument("--fit-tune", type=int, default=300)
@@ -60,7 +61,7 @@ def main(argv=None):
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/calibration_curve.json"))
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
-    budgets = [int(b) for b in args.budgets.split(",")]
+    budgets = [b.strip() for b in args.budgets.split(",")]
 
     dataset, data = load_runs(expand_dirs([args.data]), args.hardware)
     data = _thin_per_run(data, args.max_obs_per_run, args.seed)
@@ -89,12 +90,12 @@ def main(argv=None):
             configs, _ = calibration_data(Dataset(sources=held_sources), hardware=args.hardware,
                                           max_requests=0)
             _, obs = calibration_data(Dataset(sources=[calib_source]), hardware=args.hardware,
-                                      max_requests=budget)
+                                      **budget_kwargs(budget))
             cal = calibrate(parent, configs, obs, seed=args.seed,
                             sampler_config={"seed": args.seed})
             wall = time.perf_counter() - started
             view = cal.view()
-            n_draws = args.draws or DEFAULT_DRAWS["model" if budget == 0 else "experiment"]
+            n_draws = args.draws or DEFAULT_DRAWS["model" if budget == "0" else "experiment"]
             fold_records = []
             for src in targets:
                 result = predict_experiment(src, view, hardware=args.hardware,
@@ -108,6 +109,7 @@ def main(argv=None):
             records[budget] += fold_records
             s = summarize(fold_records, "model")
             row = {"model": held, "calibration_run": calib_source.name, "requests": budget,
+                   "n_requests": int(len(calib_requests(calib_source, budget))),
                    "n_obs": int(len(obs)), "calibration_wall_s": wall,
                    "diagnostics_passed": cal.fit_info["diagnostics"].get("passed"),
                    # coefficients the bound report flags (model/bounds.py): below the
@@ -146,6 +148,22 @@ def main(argv=None):
     Path(args.out).write_text(json.dumps({"per_fold": rows, "overall": overall,
                                           "args": vars(args)}, indent=1, default=str))
     print(f"wrote {args.out}")
+
+
+def budget_kwargs(budget: str) -> dict:
+    """`calibration_data` keywords of a budget: "200" requests or "300s" of traffic."""
+    if budget.endswith("s"):
+        return {"first_seconds": float(budget[:-1])}
+    return {"max_requests": int(budget)}
+
+
+def calib_requests(source, budget: str):
+    """The calibration run's requests a budget keeps after the warm-up (for the table)."""
+    from bayesblis.calibrate import WARMUP_S, truncate_source
+
+    req = truncate_source(source, warmup_s=WARMUP_S, **budget_kwargs(budget)).tables["requests"]
+    arrival = req["arrival_s"].to_numpy(float)
+    return req[arrival >= arrival.min() + WARMUP_S] if len(req) else req
 
 
 def format_table(overall) -> str:

@@ -16,10 +16,11 @@ it faster than the datasheet if they could.
 The other side: a coefficient far *above* 1 claims a GPU that reaches only a small share of
 its datasheet (``PLAUSIBLE_MAX``: below 20% of peak bandwidth, 10% of peak FLOP/s or link
 speed). No operator profile comes near that (H100/A100/A40 weight streaming 1.0-1.7x the
-bytes-over-peak time, linear-layer compute about 2x, NCCL all-reduce 1.2-1.8x), and every
-prior puts less than 5% there; a fit or calibration that lands there is absorbing a cost the
-features miss (e.g. a calibration on a few hundred requests moved Mixtral's KV coefficient
-to 8.6x). Such coefficients are reported too (``side`` "above").
+bytes-over-peak time, linear-layer compute about 2x, NCCL all-reduce 1.2-1.8x), and the
+default priors put little mass there (KV traffic 6%, the others 2% or less); a fit or
+calibration that lands there is absorbing a cost the features miss (a calibration on 1,000
+requests of one workload moves Mixtral's KV coefficient to 7.6x). Such coefficients are
+reported too (``side`` "above").
 """
 
 from __future__ import annotations
