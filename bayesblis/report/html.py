@@ -128,9 +128,13 @@ def plan_section(plan: dict) -> str:
         text = ", ".join(f"{s.get('metric', s.get('name', '?'))} {s.get('op', '<=')} "
                          f"{_fmt(s.get('threshold_s'))} s" for s in slos)
         prob = plan.get("prob")
+        disc = (plan.get("metadata") or {}).get("discrepancy")
         parts.append(f"<p>SLOs: <b>{_e(text)}</b>"
-                     + (f", required with posterior probability &ge; {_fmt(prob)}" if prob is not None
-                        else "") + ".</p>")
+                     + (f", required with probability &ge; {_fmt(prob)}" if prob is not None
+                        else "") + " ("
+                     + (f"posterior draws and the simulator discrepancy, {_e(disc.get('source', ''))}"
+                        if disc else "posterior draws only, without the simulator discrepancy")
+                     + ").</p>")
     rows = []
     for opt in plan["options"]:
         search = opt.get("search") or {}

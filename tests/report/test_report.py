@@ -82,6 +82,11 @@ def test_plan_section_shows_the_cliff_as_a_probability(plan_path):
     plan = read_plan(plan_path)
     text = plan_section(plan)
     assert "<th>P saturated at capacity</th>" in text and "P(saturated)" in text
+    assert "posterior draws only, without the simulator discrepancy" in text
+    with_disc = copy.deepcopy(plan)
+    with_disc.setdefault("metadata", {})["discrepancy"] = {"source": "validate report X",
+                                                          "holdout": "experiment", "sd": {}}
+    assert "the simulator discrepancy, validate report X" in plan_section(with_disc)
     assert text.count("probability curve</h3>") == 2
     assert "<th>ttft_p90_s median [s]</th><th>ttft_p90_s mean [s]</th>" in text
     # the tp=1 curve's last row: 8 req/s, 2 x capacity: share 1, median 1.1 s, mean 30.1 s
