@@ -11,8 +11,10 @@ the memory roofline (features/beta.py), TP all-reduce the bytes over the datashe
 bandwidth; below 1 they would claim a GPU (or link) faster than its datasheet, so ``floor:
 1`` puts no prior mass there (and no posterior mass either). Weight and KV traffic are not
 floored: streaming reaches ~100% of the HBM figure (H100 profiles: 1.00), and a log-normal
-excess over a floor of 1 would push them away from where they are; the bound report flags
-them when a fit puts them below 1.
+excess over a floor of 1 would push them away from where they are; and both sit in
+proportional groups (`PROPORTIONAL_GROUPS`) whose per-configuration scaling multiplies the
+whole coefficient, so a floor would not hold per configuration without re-parameterising
+the groups. The bound report flags them when a fit puts them below 1 (or above 5).
 
 Where the centres come from (see data_specs/features.md):
 - compute: 1/MFU from the BLIS hardware table (H100 prefill MFU 0.45 -> ~2.2);
