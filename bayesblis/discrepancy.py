@@ -124,6 +124,11 @@ class Discrepancy:
                 "sd": {m: round(v, 6) for m, v in self.sd.items()}}
 
 
+def metric_sd(discrepancy: Discrepancy | None, metric: str) -> float:
+    """The log-scale sd `discrepancy` gives `metric`; 0 without a discrepancy."""
+    return discrepancy.for_metric(metric) if discrepancy is not None else 0.0
+
+
 def load_discrepancy(path=None) -> Discrepancy:
     """The discrepancy in `path`: a `bayesblis validate` REPORT.json (its pooled
     `simulator_discrepancy`) or a file like ``catalog/discrepancy.json``; None: the packaged one.

@@ -37,6 +37,7 @@ import numpy as np
 
 from bayesblis import __version__
 from bayesblis.constants import CI_PROB
+from bayesblis.discrepancy import metric_sd, pass_probability
 from bayesblis.errors import BayesBlisError, UnseenLevelError
 from bayesblis.simulate.results import (METRICS, Draws, per_draw_metrics, saturated_share,
                                         summarize)
@@ -88,18 +89,14 @@ class SLO:
         return SLO_METRICS[self.metric]
 
     def passes(self, values) -> np.ndarray:
-        """Per-draw pass/fail; a NaN metric (no completed request) fails."""
-        v = np.asarray(values, float)
-        with np.errstate(invalid="ignore"):
-            ok = v < self.threshold_s if self.op == "<" else v <= self.threshold_s
-        return ok & np.isfinite(v)
+        """Per-draw pass/fail of the draws themselves; a NaN metric (no completed request)
+        fails."""
+        return self.pass_probability(values) > 0
 
     def pass_probability(self, values, discrepancy=None) -> np.ndarray:
         """Per-draw probability of passing once the simulator discrepancy of this metric is
         allowed for (`bayesblis.discrepancy.pass_probability`); 0/1 without one."""
-        from bayesblis.discrepancy import pass_probability
-
-        sd = discrepancy.for_metric(self.result_metric) if discrepancy else 0.0
+        sd = metric_sd(discrepancy, self.result_metric)
         return pass_probability(values, self.threshold_s, sd, inclusive=self.op == "<=")
 
     def to_dict(self) -> dict:
@@ -492,8 +489,7 @@ def _evaluate(stream, duration_s, cfg, constants, draws, slos, seed, ci_prob, n_
                "p_all": float(all_ok.mean()),
                "p_slo": {k: float(v.mean()) for k, v in passes.items()},
                "saturated_share": saturated_share(per["saturated"]),
-               "metrics": {m: summarize(per[m], ci_prob,
-                                        discrepancy.for_metric(m) if discrepancy else 0.0, seed)
+               "metrics": {m: summarize(per[m], ci_prob, metric_sd(discrepancy, m), seed)
                            for m in METRICS},
                "dropped_fraction": (float(np.mean(per["n_dropped"]) / len(w)) if len(w) else 0.0),
                "busy_fraction": _clean(np.mean(per["busy_fraction"]))}

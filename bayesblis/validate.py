@@ -129,11 +129,11 @@ def compare(source, result, *, fold: str, holdout: str, discrepancy: dict | None
                 # PIT: the predictive probability of a value below the measured one (a plan's
                 # P(pass) at threshold = measured); uniform over stages when calibrated
                 rec[f"pit_{metric}"] = float(np.mean(pass_probability(draws, value, sd)))
-            if discrepancy and "per_draw_stages" in result:
-                rec[f"model_pred_{metric}_lo"], rec[f"model_pred_{metric}_hi"] = lo, hi
-                rec[f"model_covered_{metric}"] = bool(lo <= value <= hi)
-                rec[f"model_pit_{metric}"] = float(np.mean(pass_probability(draws, value, 0.0)))
-                lo, hi = widened_interval(draws, sd, CI_PROB, seed=seed + i)
+                if discrepancy:
+                    rec[f"model_pred_{metric}_lo"], rec[f"model_pred_{metric}_hi"] = lo, hi
+                    rec[f"model_covered_{metric}"] = bool(lo <= value <= hi)
+                    rec[f"model_pit_{metric}"] = float(np.mean(pass_probability(draws, value, 0.0)))
+                    lo, hi = widened_interval(draws, sd, CI_PROB, seed=seed + i)
             point = pred[POINT_PREDICTION]
             rec[f"pred_{metric}"] = point
             rec[f"pred_{metric}_mean"] = pred["mean"]

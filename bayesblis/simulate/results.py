@@ -19,6 +19,7 @@ import numpy as np
 
 from bayesblis import __version__
 from bayesblis.constants import CI_PROB
+from bayesblis.discrepancy import metric_sd, widened_interval
 from bayesblis.simulate.engine import (DROP_REASONS, STATUS_OK, EngineRun, deployment_constants,
                                        run_engine)
 
@@ -72,8 +73,6 @@ def summarize(values, ci_prob: float = CI_PROB, discrepancy_sd: float = 0.0,
     With `discrepancy_sd` > 0 the interval is a prediction interval: the draws widened by
     the simulator discrepancy (`bayesblis.discrepancy.widened_interval`); the posterior-only
     one is kept as ``posterior_lo`` / ``posterior_hi``. Mean and median stay the draws'."""
-    from bayesblis.discrepancy import widened_interval
-
     v = np.asarray(values, float)
     v = v[np.isfinite(v)]
     if v.size == 0:
@@ -291,8 +290,7 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
     reasons = records[0].get("reasons", {}) if records else {}
 
     def block(metrics):
-        return {m: summarize(metrics[m], ci_prob,
-                             discrepancy.for_metric(m) if discrepancy else 0.0, seed)
+        return {m: summarize(metrics[m], ci_prob, metric_sd(discrepancy, m), seed)
                 for m in METRICS}
 
     stages = []
