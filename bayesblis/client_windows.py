@@ -18,7 +18,11 @@ request intervals themselves (see data_specs/observations.md, "client windows"):
   (waiting for the step in flight) ``+ 1 step`` (with async scheduling, the step already
   scheduled behind it) ``+ the step(s) that compute r's prefill`` (chunked by the token
   budget) next to the requests decoding at r's arrival. The waited-for steps are priced as
-  decode steps of the batch running at r's arrival; an idle server waits for none.
+  decode steps of the batch running at r's arrival; an idle server waits for none. Then the
+  token is returned through the API server, behind the outputs of the requests decoding
+  when it came (``alpha_frontend`` per such request, `features.alpha.decoding_at`). The
+  last token pays the same return cost; a decode window omits the difference of the two
+  (the batch at its end less the batch at its start, zero on average at a steady load).
 
 Overlapping windows share steps, so they are not independent observations. Windows are
 thinned to at most one per ``min_gap_s`` of decode start (default: the median decode
@@ -31,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from bayesblis.constants import US
-from bayesblis.features.alpha import ALPHA_FEATURES
+from bayesblis.features.alpha import ALPHA_FEATURES, decoding_at
 from bayesblis.features.beta import AGGREGATES, BETA_FEATURES, beta_feature_matrix
 from bayesblis.io.inference_perf import correct_output_counts, stage_of
 
@@ -169,7 +173,7 @@ def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens
                     + beta_feature_matrix(deployment, {k: plain[k][dec] for k in AGGREGATES})
                     * (n_steps - n_mixed)[dec, None])
     rows.append(_frame(decode_feats, alpha=np.column_stack([
-        np.zeros(dec.sum()), np.zeros(dec.sum()), out[dec] * US]),
+        np.zeros(dec.sum()), np.zeros(dec.sum()), out[dec] * US, np.zeros(dec.sum())]),
         y=dur[dec], n_steps=n_steps[dec], kind="client_decode_window",
         config=config, source=source, request=ok.index.to_numpy()[dec], start=t_f[dec]))
 
@@ -193,8 +197,9 @@ def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens
     waited = (RESIDUAL_STEP_FRACTION + (ASYNC_LAG_STEPS if async_scheduling else 0.0)) * running
     f_residual = beta_feature_matrix(deployment, residual_step) * waited[:, None]
     ttft_feats = f_prefill + f_residual
+    returned_behind = decoding_at(t_f, t_e, t_f)
     rows.append(_frame(ttft_feats, alpha=np.column_stack([
-        np.full(len(prompt), US), prompt * US, np.zeros(len(prompt))]),
+        np.full(len(prompt), US), prompt * US, np.zeros(len(prompt)), returned_behind * US]),
         y=ok["ttft_s"].to_numpy(float), n_steps=k_steps + waited,
         kind="client_ttft", config=config, source=source, request=ok.index.to_numpy(),
         start=arrival))

@@ -202,7 +202,9 @@ def posterior_draws(posterior_path, deployment, n_draws=None, *, allow_unseen=Fa
 # ---------------------------------------------------------------------- export
 BLIS_ALPHA_ORDER = ("alpha0_arrival_to_queue_us", "alpha1_post_decode_us", "alpha2_per_output_token_us")
 """BLIS trained-physics `alpha_coeffs` order. bayesblis has no separate post-decode
-constant (alpha1 = 0) and its per-prompt-token alpha has no BLIS slot."""
+constant (alpha1 = 0); its per-prompt-token alpha and its per-request-decoding return cost
+(`alpha_frontend_s`) have no BLIS slot, so BLIS runs with these coefficients leave out
+the API server's load (TTFT at high load a few ms short; the JSON export keeps it)."""
 
 
 def to_blis_alpha(alpha) -> list[float]:
@@ -226,7 +228,8 @@ def export_record(draws: CoefficientDraws, *, prob: float | None = None, context
         "ci_prob": CI_PROB if prob is None else prob,
         "units": {"beta": "dimensionless multiplier of a feature in seconds; *_overhead_s "
                           "coefficients in µs per layer/request/step",
-                  "alpha": "µs per request (alpha_const_s) or per token"},
+                  "alpha": "µs per request (alpha_const_s), per token, or per request "
+                           "decoding when a token is returned (alpha_frontend_s)"},
         "beta": summary["beta"],
         "alpha": summary["alpha"],
         "blis": {"beta_order": list(BLIS_BETA_ORDER),
@@ -243,6 +246,8 @@ def blis_yaml(record: dict) -> str:
     blis = record["blis"]
     lines = [f"# bayesblis posterior-mean coefficients for {record['config']}",
              f"# {int(record['ci_prob'] * 100)}% credible intervals are in the JSON export.",
+             "# BLIS has no slot for alpha_frontend_s (API server return cost per request "
+             "decoding): see the JSON export.",
              "trained_physics_coefficients:", "  alpha_coeffs:"]
     for name, value in zip(blis["alpha_order"], blis["alpha_coeffs"]):
         lines.append(f"    - {value:.6g}  # {name}")

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from bayesblis.constants import US
-from bayesblis.features.alpha import ALPHA_FEATURES
+from bayesblis.features.alpha import ALPHA_FEATURES, decoding_at
 from bayesblis.features.beta import AGGREGATES, BETA_FEATURES, beta_feature_matrix
 
 OK_FINISH = ("stopped", "length", "finished")
@@ -717,7 +717,8 @@ def alpha_windows(trace, *, config=None, source=None) -> tuple[pd.DataFrame, dic
 
     - 'arrival_to_queue': y = queued_s - arrived_s, a_alpha_const_s = 1e-6,
       a_alpha_prompt_s = prompt x 1e-6;
-    - 'post_decode': y = departed_s - finished_s, a_alpha_output_s = output x 1e-6
+    - 'post_decode': y = departed_s - finished_s, a_alpha_output_s = output x 1e-6,
+      a_alpha_frontend_s = requests decoding at finished_s (traced journeys) x 1e-6
       (completed requests only).
 
     No step features (n_steps = 0). Rows with missing or non-positive y are dropped and
@@ -738,8 +739,11 @@ def alpha_windows(trace, *, config=None, source=None) -> tuple[pd.DataFrame, dic
     status = rq["finish_status"].astype(str).to_numpy()
     done = np.isin(status, OK_FINISH)
     y2 = (rq["departed_s"] - rq["finished_s"]).to_numpy(np.float64)
+    finished = rq["finished_s"].to_numpy(np.float64)
+    behind = decoding_at(rq["first_token_s"].to_numpy(np.float64), finished, finished)
     a2 = _frame({"kind": np.full(int(done.sum()), "post_decode", dtype=object), "y_s": y2[done],
-                 "a_alpha_output_s": output[done] * US, "request_id": rids[done]})
+                 "a_alpha_output_s": output[done] * US, "a_alpha_frontend_s": behind[done] * US,
+                 "request_id": rids[done]})
     dropped["post_decode_not_completed"] = int((~done).sum())
     d1: dict = {}
     a1 = _keep_positive(a1, d1, "arrival_to_queue_missing_or_non_positive")

@@ -482,13 +482,14 @@ def inject_outliers(run, workload, rng, rate: float = OUTLIER_RATE, factor=OUTLI
 
     arrival = np.asarray(workload.arrival_s, float)
     post = run.e2e_s - (run.finish_s - arrival)          # finished -> departed (alpha)
+    returned = run.ttft_s - (run.first_token_s - arrival)  # first token -> client (alpha)
     new_arrival = shift(arrival)
     run.queued_s = shift(run.queued_s)
     run.scheduled_s = shift(run.scheduled_s)
     run.first_token_s = shift(run.first_token_s)
     run.finish_s = shift(run.finish_s)
     run.e2e_s = run.finish_s + post - new_arrival
-    run.ttft_s = run.first_token_s - new_arrival
+    run.ttft_s = run.first_token_s + returned - new_arrival
     st.start_s, st.end_s = shift(st.start_s), shift(st.end_s)
     run.busy_s = float(np.sum(st.end_s - st.start_s))
     run.end_s = float(st.end_s[-1])
@@ -510,10 +511,11 @@ def _alpha_noise(run, workload, rng, sigma: float, nu: float):
     arrival = run.queued_s - delay * eps(n)
     post = run.e2e_s - (run.finish_s - workload.arrival_s)
     post = post * eps(n)
+    returned = run.ttft_s - (run.first_token_s - workload.arrival_s)
     w = copy.copy(workload)
     w.arrival_s = arrival                    # may be slightly unsorted: fine for the writer
     run.e2e_s = run.finish_s + post - arrival
-    run.ttft_s = run.first_token_s - arrival
+    run.ttft_s = run.first_token_s + returned - arrival
     return w
 
 

@@ -3,10 +3,9 @@ of a TTFT, against a journey-traced run with a known truth.
 
 A TTFT is arrival -> queued (API, tokenization), queued -> scheduled (queue wait),
 scheduled -> first token (the prefill chunk steps and the first sampled token), and the
-return of that token to the client (`simulate.results.ttft_parts`; the simulator, like the
-server-side traces, ends a TTFT at the first token, so the last part is 0 on both sides
-here, and on client traces it is one of the things the per-request constant alpha
-absorbs). The demo's held-out run has the other three in its OTEL journey traces; this script replays its traffic with the demo
+return of that token to the client (`simulate.results.ttft_parts`; the server-side traces
+end a TTFT at the engine's first token, so the last part is 0 measured; the simulator
+charges it as alpha_frontend per request decoding then, since model version 6). The demo's held-out run has the other three in its OTEL journey traces; this script replays its traffic with the demo
 posterior's draws for that (never fitted) configuration and with the true coefficients,
 and prints each part's per-stage mean: measured, true-coefficient simulation, posterior
 median [90% interval].

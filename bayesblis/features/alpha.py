@@ -10,8 +10,17 @@ import numpy as np
 
 from bayesblis.constants import US
 
-ALPHA_FEATURES = ("alpha_const_s", "alpha_prompt_s", "alpha_output_s")
-"""µs per request (API/tokenize/post-process), µs per prompt token, µs per output token."""
+ALPHA_FEATURES = ("alpha_const_s", "alpha_prompt_s", "alpha_output_s", "alpha_frontend_s")
+"""µs per request (API/tokenize/post-process), µs per prompt token, µs per output token,
+µs per request decoding when a request's first (or last) token is returned.
+
+The last is the API server's share of a busy engine: every step's outputs (one per
+running request) are detokenized and streamed by one process, so a request's token waits
+behind the others' (`decoding_at`). It is paid twice per request, by its first and its
+last token, so it moves TTFT and E2E, not the per-token ITL in between. On the 16 shared
+H100 runs the TTFT the step model left unexplained grew by 0.4-1.8 ms per 1,000 output
+tokens/s of the server across all four models (docs/measurements.md, session 22). BLIS's
+alpha has no such term (`coefficients.to_blis_alpha`)."""
 
 QUEUE_FEATURES = ("queue_const_s", "queue_waiting_s", "queue_running_s",
                   "queue_kv_usage_s", "queue_prompt_chunks_s")
@@ -36,13 +45,26 @@ def _columns(names, *values) -> np.ndarray:
                          f"{ {n: c.shape for n, c in zip(names, cols)} }") from None
 
 
-def alpha_features(prompt_tokens, output_tokens) -> np.ndarray:
-    """[n_requests, 3]: (1, prompt_tokens, output_tokens) x 1e-6 s."""
-    x = _columns(("prompt_tokens", "output_tokens"), prompt_tokens, output_tokens)
+def alpha_features(prompt_tokens, output_tokens, decoding=0) -> np.ndarray:
+    """[n_requests, 4]: (1, prompt_tokens, output_tokens, requests decoding) x 1e-6 s."""
+    x = _columns(("prompt_tokens", "output_tokens", "decoding"), prompt_tokens, output_tokens,
+                 decoding)
     out = np.empty((x.shape[0], len(ALPHA_FEATURES)))
     out[:, 0] = US
     out[:, 1:] = x * US
     return out
+
+
+def decoding_at(first_token_s, finish_s, t) -> np.ndarray:
+    """Requests decoding at each time `t`: first token < t <= finish (requests without a
+    first token never count; without a finish, from their first token on)."""
+    first = np.asarray(first_token_s, float)
+    fin = np.asarray(finish_s, float)
+    first_sorted = np.sort(first[np.isfinite(first)])
+    fin_sorted = np.sort(fin[np.isfinite(first) & np.isfinite(fin)])
+    t = np.nan_to_num(np.asarray(t, float), nan=-np.inf)
+    return (np.searchsorted(first_sorted, t, side="left")
+            - np.searchsorted(fin_sorted, t, side="left")).astype(float)
 
 
 def queue_wait_features(waiting_depth, running_depth, kv_usage_ratio, prompt_tokens,

@@ -105,6 +105,11 @@ ALPHA_PRIORS = {
     # but cannot follow a model's own cost that OTEL traces measure (demo: 46.8 [46.2,
     # 47.5] µs against 36.7 true for the held-out configuration), so it keeps its levels.
     "alpha_output_s": {"median": 40.0, "log_sd": 0.35, "levels": ("hardware", "config")},
+    # Per request decoding when a token is returned (features.alpha.ALPHA_FEATURES): the API
+    # server detokenizes and streams one output per running request each step, in Python,
+    # some 10-50 µs each; 90% prior [3.9, 100] µs. A property of the serving host and the
+    # vLLM version, not of the model: one value per GPU.
+    "alpha_frontend_s": {"median": 20.0, "log_sd": 1.0, "levels": ("hardware",)},
 }
 
 TIED_BETA = {"decode_compute_s": "prefill_compute_s"}

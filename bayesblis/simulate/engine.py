@@ -40,8 +40,11 @@ at step end: the first token at the end of the step that completes the prefill, 
 more per later scheduled step. A scheduled item is a decode when it adds the one token
 after all computed ones of a request that already has output; its context is the
 tokens already in the KV cache (num_computed_tokens before the step). Everything else
-is a prefill chunk (including recomputation after preemption). Client E2E = finish + alpha_output x output µs - arrival;
-TTFT = first-token step end - arrival.
+is a prefill chunk (including recomputation after preemption). The API server returns a
+token behind the outputs of the requests decoding at that moment (alpha_frontend µs each,
+`features.alpha.decoding_at`): client TTFT = first-token step end + alpha_frontend x
+decoding - arrival; client E2E = finish + alpha_output x output + alpha_frontend x
+decoding (at finish) µs - arrival. `first_token_s` and `finish_s` stay engine times.
 
 Async scheduling (`EngineConfig.async_scheduling`, vLLM's default in the versions traced
 here): the scheduler works one step ahead, so step k+1 is scheduled when step k starts and
@@ -63,6 +66,7 @@ import numba as nb
 import numpy as np
 
 from bayesblis.constants import US
+from bayesblis.features.alpha import ALPHA_FEATURES, decoding_at
 
 STATUS_OK = 0
 STATUS_DROPPED = 1
@@ -766,16 +770,18 @@ def run_engine_arrays(arrival_s, prompt_tokens, output_tokens, prefix_group, pre
                       config: EngineConfig, constants, beta, alpha_us, *,
                       noise_sigma: float = 0.0, noise_nu: float = 30.0, seed: int = 0,
                       record: bool = False) -> EngineRun:
-    """Simulate one draw. `alpha_us` = (const, per prompt token, per output token) in µs;
-    `beta` in the order of the constants' feature layout (BETA_FEATURES)."""
+    """Simulate one draw. `alpha_us` in µs, ALPHA_FEATURES order (const, per prompt token,
+    per output token, per request decoding when a token is returned); `beta` in the order of
+    the constants' feature layout (BETA_FEATURES)."""
     arrival_s = np.ascontiguousarray(arrival_s, dtype=np.float64)
     prompt = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     output = np.ascontiguousarray(output_tokens, dtype=np.int64)
     group = np.ascontiguousarray(prefix_group, dtype=np.int64)
     ptok = np.ascontiguousarray(prefix_tokens, dtype=np.int64)
     a = np.asarray(alpha_us, dtype=np.float64)
-    if a.shape != (3,):
-        raise ValueError(f"alpha_us must have 3 entries (const, prompt, output), got {a.shape}")
+    if a.shape != (len(ALPHA_FEATURES),):
+        raise ValueError(f"alpha_us must have {len(ALPHA_FEATURES)} entries "
+                         f"({', '.join(ALPHA_FEATURES)}), got {a.shape}")
     beta = np.ascontiguousarray(beta, dtype=np.float64)
     constants = np.ascontiguousarray(constants, dtype=np.float64)
     k = int(n_beta_features(constants))
@@ -810,8 +816,10 @@ def run_engine_arrays(arrival_s, prompt_tokens, output_tokens, prefix_group, pre
         if not (record and overflow):
             break
         caps = [max(c * 2, int(n_steps) + 16) if i == 0 else c * 4 for i, c in enumerate(caps)]
-    e2e = fin_s + a[2] * output * US - arrival_s
-    ttft = ft_s - arrival_s
+    behind_first = decoding_at(ft_s, fin_s, ft_s)
+    behind_last = decoding_at(ft_s, fin_s, fin_s)
+    e2e = fin_s + (a[2] * output + a[3] * behind_last) * US - arrival_s
+    ttft = ft_s + a[3] * behind_first * US - arrival_s
     steps = None
     if record:
         rt, ragg, rint, rent, rpre, rkv = bufs

@@ -40,7 +40,7 @@ SATURATION_DEFINITION = (
 @dataclass
 class Draws:
     """Coefficient draws the simulator needs: beta [D, K] (BETA_FEATURES order), alpha
-    [D, 3] in µs (ALPHA_FEATURES order), noise_sigma [D], noise_nu [D]."""
+    [D, 4] in µs (ALPHA_FEATURES order), noise_sigma [D], noise_nu [D]."""
 
     beta: np.ndarray
     alpha: np.ndarray
@@ -54,8 +54,10 @@ class Draws:
         d = self.beta.shape[0]
         self.noise_sigma = np.broadcast_to(np.asarray(self.noise_sigma, float), (d,)).copy()
         self.noise_nu = np.broadcast_to(np.asarray(self.noise_nu, float), (d,)).copy()
-        if self.alpha.shape != (d, 3):
-            raise ValueError(f"alpha must be [{d}, 3], got {self.alpha.shape}")
+        from bayesblis.features.alpha import ALPHA_FEATURES
+
+        if self.alpha.shape != (d, len(ALPHA_FEATURES)):
+            raise ValueError(f"alpha must be [{d}, {len(ALPHA_FEATURES)}], got {self.alpha.shape}")
 
     @property
     def n_draws(self) -> int:
@@ -164,7 +166,9 @@ def ttft_parts(arrival_s, queued_s, scheduled_s, first_token_s, ttft_s) -> dict:
     """Per-request TTFT split into its parts (seconds, arrays): ``api_s`` arrival -> queued
     (API server, tokenization), ``queue_s`` queued -> first scheduled, ``prefill_s`` first
     scheduled -> first token (the prefill chunk steps and the first sampled token),
-    ``return_s`` the rest of the client-visible TTFT (streaming the token back). They add up
+    ``return_s`` the rest of the client-visible TTFT (streaming the token back: in the
+    simulator alpha_frontend x the requests decoding then; 0 on a journey trace, whose
+    first-token event is the engine's). They add up
     to ``ttft_s``. Works for an `EngineRun` (times from the workload start) and for the
     request table of a journey-traced run (`io.otel`) alike."""
     arrival, queued, scheduled, first, ttft = (np.asarray(x, float) for x in
@@ -350,13 +354,19 @@ def _describe(deployment) -> dict:
         return {"repr": repr(deployment)}
 
 
+OPTIONAL_ALPHA = ("alpha_frontend_s",)
+"""Alpha coefficients a coefficients file may leave out (then 0 µs): the last ones of
+ALPHA_FEATURES, which BLIS's alpha does not have."""
+
+
 def load_coefficients(path) -> Draws:
     """One fixed draw from a coefficients file (data_specs/coefficients-input.md).
 
     JSON: {"alpha": {ALPHA_FEATURES name: µs}, "beta": {BETA_FEATURES name: value},
     "noise_sigma": 0.0, "noise_nu": 30.0} (noise optional; beta names missing -> error).
-    YAML (BLIS style): `alpha_coeffs` [3] and `beta_coeffs` [len(BETA_FEATURES)] lists in
-    ALPHA_FEATURES / BETA_FEATURES order.
+    YAML (BLIS style): `alpha_coeffs` [4] and `beta_coeffs` [len(BETA_FEATURES)] lists in
+    ALPHA_FEATURES / BETA_FEATURES order. Files written before `alpha_frontend_s` existed
+    (three alpha values; BLIS's own alpha has three) simulate without it (0 µs).
     """
     from pathlib import Path
 
@@ -374,12 +384,15 @@ def load_coefficients(path) -> Draws:
             raise InputError(path, "missing alpha_coeffs/beta_coeffs", field="alpha_coeffs",
                              expected="BLIS-style lists alpha_coeffs and beta_coeffs")
         alpha, beta = data["alpha_coeffs"], data["beta_coeffs"]
+        if isinstance(alpha, list) and len(alpha) == len(ALPHA_FEATURES) - len(OPTIONAL_ALPHA):
+            alpha = alpha + [0.0] * len(OPTIONAL_ALPHA)
         for name, vals, n in (("alpha_coeffs", alpha, len(ALPHA_FEATURES)),
                               ("beta_coeffs", beta, len(BETA_FEATURES))):
             if not isinstance(vals, list) or len(vals) != n or not all(
                     isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
                 raise InputError(path, f"invalid value {vals!r}", field=name,
-                                 expected=f"a list of {n} numbers")
+                                 expected=f"a list of {n} numbers" + (
+                                     f" (or {n - len(OPTIONAL_ALPHA)})" if name == "alpha_coeffs" else ""))
         alpha = np.array(alpha, float)
         beta = np.array(beta, float)
         sigma = float(data.get("noise_sigma", 0.0))
@@ -394,6 +407,8 @@ def load_coefficients(path) -> Draws:
             if not isinstance(block, dict):
                 raise InputError(path, "missing or not an object", field=key,
                                  expected=f"{{name: value}} with names {list(names)}")
+            if key == "alpha":
+                block = {**{n: 0.0 for n in OPTIONAL_ALPHA}, **block}
             unknown = sorted(set(block) - set(names))
             missing = [n for n in names if n not in block]
             if unknown or missing:

@@ -21,7 +21,7 @@ from bayesblis.reconstruct import journey_batches, otel_observations  # noqa: E4
 BETA = {"prefill_compute_s": 2.2, "decode_compute_s": 1.0, "weight_traffic_s": 1.15,
         "kv_traffic_s": 1.4, "kv_token_layer_s": 0.2, "tp_comm_s": 1.1, "tp_sync_s": 8.0, "ep_comm_s": 1.0, "offload_s": 1.0,
         "layer_overhead_s": 30.0, "request_overhead_s": 4.0, "step_overhead_s": 100.0}
-ALPHA_US = np.array([2000.0, 0.5, 20.0])
+ALPHA_US = np.array([2000.0, 0.5, 20.0, 25.0])
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +68,10 @@ def test_step_gap_windows_equal_features_dot_beta(simulated, deployment):
     pred = a2q[["a_alpha_const_s", "a_alpha_prompt_s"]].to_numpy(float) @ ALPHA_US[:2]
     np.testing.assert_allclose(pred, a2q["y_s"].to_numpy(float), rtol=1e-5)
     post = obs[obs["kind"] == "post_decode"]
-    np.testing.assert_allclose(post["a_alpha_output_s"].to_numpy(float) * ALPHA_US[2],
-                               post["y_s"].to_numpy(float), rtol=1e-5)
+    # departed - finished = alpha_output x output + alpha_frontend x requests decoding then
+    assert (post["a_alpha_frontend_s"] > 0).any()
+    pred = post[["a_alpha_output_s", "a_alpha_frontend_s"]].to_numpy(float) @ ALPHA_US[2:]
+    np.testing.assert_allclose(pred, post["y_s"].to_numpy(float), rtol=1e-5)
 
 
 def test_preemption_by_recompute_is_reconstructed_exactly(deployment, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -76,6 +77,24 @@ def test_blis_style_yaml_coefficients(tmp_path):
     invoke([p, "--coefficients", coef, "--out", out])
     res = check_result(out)
     assert res["metadata"]["draws"] == 1       # fixed coefficients without noise: one run
+
+
+def test_coefficient_files_without_the_frontend_term_simulate_without_it(tmp_path):
+    # files written before alpha_frontend_s (and BLIS's own alpha) have three alpha values
+    from bayesblis.errors import InputError
+    from bayesblis.features.beta import BETA_FEATURES
+    from bayesblis.simulate.results import load_coefficients
+
+    three = {k: v for k, v in ALPHA_PRIOR.items() if k != "alpha_frontend_s"}
+    beta = [BETA_PRIOR[n] for n in BETA_FEATURES]
+    as_json, as_yaml = tmp_path / "c.json", tmp_path / "c.yaml"
+    as_json.write_text(json.dumps({"alpha": three, "beta": BETA_PRIOR}))
+    as_yaml.write_text(yaml.safe_dump({"alpha_coeffs": list(three.values()), "beta_coeffs": beta}))
+    for path in (as_json, as_yaml):
+        np.testing.assert_allclose(load_coefficients(path).alpha, [[*three.values(), 0.0]])
+    as_yaml.write_text(yaml.safe_dump({"alpha_coeffs": [1.0, 2.0], "beta_coeffs": beta}))
+    with pytest.raises(InputError, match="alpha_coeffs.*a list of 4 numbers \\(or 3\\)"):
+        load_coefficients(as_yaml)
 
 
 def test_bad_coefficients_file_is_clear_error(tmp_path):

@@ -11,7 +11,7 @@ from bayesblis.simulate.workload import Workload, generate
 
 from sim_helpers import ALPHA_PRIOR, BETA_PRIOR, beta_vector, unit_step_beta
 
-ZERO_ALPHA = np.zeros(3)
+ZERO_ALPHA = np.zeros(4)
 
 
 def cfg(**kw):
@@ -131,7 +131,7 @@ def test_chunked_prefill_off_waits_for_budget(constants):
 
 
 def test_idle_skip_and_alpha_timing(constants):
-    alpha = np.array([1000.0, 2.0, 50.0])  # 1 ms + 2 µs/prompt token; 50 µs per output token
+    alpha = np.array([1000.0, 2.0, 50.0, 0.0])  # 1 ms + 2 µs/prompt token; 50 µs per output token
     res = run([0.0, 5.0], [10, 10], [3, 3], constants, cfg(), alpha=alpha)
     q = 0.001 + 10 * 2e-6
     assert res.queued_s[1] == pytest.approx(5.0 + q)
@@ -281,7 +281,7 @@ def test_ttft_parts_by_hand(constants):
     from bayesblis.simulate.results import TTFT_PARTS, ttft_parts
 
     res = run([0, 0], [10, 4], [2, 2], constants, cfg(max_num_batched_tokens=8),
-              alpha=np.array([2000.0, 0.0, 0.0]))
+              alpha=np.array([2000.0, 0.0, 0.0, 0.0]))
     parts = ttft_parts(np.zeros(2), res.queued_s, res.scheduled_s, res.first_token_s, res.ttft_s)
     assert list(parts) == list(TTFT_PARTS)
     np.testing.assert_allclose(parts["api_s"], [0.002, 0.002])
@@ -315,3 +315,28 @@ def test_async_scheduling_does_not_delay_an_idle_engine(constants):
     lag = run(arrival, prompt, output, constants, cfg(async_scheduling=True))
     np.testing.assert_allclose(lag.ttft_s, sync.ttft_s)
     np.testing.assert_array_equal(lag.scheduled_step, sync.scheduled_step)
+
+
+def test_frontend_return_cost_follows_the_requests_decoding(constants):
+    # 1 ms steps. Request 0 (4 prompt tokens, 10 outputs) decodes alone until request 1
+    # arrives at 5.0005 s; an idle engine admits it at once (its prefill step ends at 5.002,
+    # wait: the engine is busy, see below). alpha_frontend 100 µs per request decoding.
+    base = run([0.0, 0.0035], [4, 4], [10, 3], constants, cfg(), alpha=np.zeros(4))
+    res = run([0.0, 0.0035], [4, 4], [10, 3], constants, cfg(),
+              alpha=np.array([0.0, 0.0, 0.0, 100.0]))
+    from bayesblis.features.alpha import decoding_at
+
+    # engine times do not move; the client sees each token behind the others decoding
+    np.testing.assert_allclose(res.first_token_s, base.first_token_s)
+    np.testing.assert_allclose(res.finish_s, base.finish_s)
+    behind_first = decoding_at(base.first_token_s, base.finish_s, base.first_token_s)
+    behind_last = decoding_at(base.first_token_s, base.finish_s, base.finish_s)
+    assert behind_first[0] == 0 and behind_first[1] == 1   # request 0 was decoding
+    assert behind_last[0] == 1 and behind_last[1] == 2     # itself, and request 0
+    np.testing.assert_allclose(res.ttft_s - base.ttft_s, 100e-6 * behind_first)
+    np.testing.assert_allclose(res.e2e_s - base.e2e_s, 100e-6 * behind_last)
+    from bayesblis.simulate.results import ttft_parts
+
+    parts = ttft_parts(np.array([0.0, 0.0035]), res.queued_s, res.scheduled_s,
+                       res.first_token_s, res.ttft_s)
+    np.testing.assert_allclose(parts["return_s"], [0.0, 100e-6])

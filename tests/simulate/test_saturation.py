@@ -41,8 +41,7 @@ def test_real_runs_saturate_far_above_capacity_and_not_far_below():
                      "prompt_tokens": {"dist": "uniform", "min": 200, "max": 800},
                      "output_tokens": {"dist": "uniform", "min": 20, "max": 80}}})
     draws = Draws(np.tile(beta_vector(BETA_PRIOR), (6, 1)),
-                  np.tile([ALPHA_PRIOR[k] for k in ("alpha_const_s", "alpha_prompt_s",
-                                                    "alpha_output_s")], (6, 1)), 0.1, 5.0)
+                  np.tile(list(ALPHA_PRIOR.values()), (6, 1)), 0.1, 5.0)
     res = run_scenario(sc, draws, seed=0, n_workers=1)
     light, heavy = res["stages"]
     assert light["saturated_share"] == 0.0 and heavy["saturated_share"] == 1.0
