@@ -75,6 +75,18 @@ def test_windows_recover_simulated_truth(async_scheduling):
     assert (wrong < 0.85) if async_scheduling else (wrong > 1.15)
 
 
+def test_ttft_windows_count_the_requests_decoding_at_the_first_token():
+    # three overlapping requests: B's first token comes while A decodes, C's while A and B do
+    dep = Deployment("llama-2-7b", "H100", tp=1)
+    req = pd.DataFrame({"arrival_s": [0.0, 0.5, 1.0], "ttft_s": [0.05, 0.05, 0.05],
+                        "e2e_s": [3.0, 3.0, 0.5], "prompt_tokens": [100, 100, 100],
+                        "output_tokens": [100, 100, 20], "has_error": False, "stage": 0})
+    obs = client_windows(req, dep, max_num_batched_tokens=2048, config="c", min_gap_s=0.0)
+    ttft = obs[obs["kind"] == "client_ttft"].sort_values("request_id")
+    np.testing.assert_allclose(ttft["a_alpha_frontend_s"], [0.0, 1e-6, 2e-6])
+    assert (obs.loc[obs["kind"] == "client_decode_window", "a_alpha_frontend_s"] == 0).all()
+
+
 def test_queueing_stages_are_recognised():
     req = pd.DataFrame({"ttft_s": [0.05] * 4 + [5.0] * 4, "e2e_s": [2.0] * 4 + [8.0] * 4,
                         "output_tokens": [200] * 8, "stage": [0] * 4 + [1] * 4})
