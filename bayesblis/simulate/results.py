@@ -20,6 +20,7 @@ import numpy as np
 from bayesblis import __version__
 from bayesblis.constants import CI_PROB
 from bayesblis.discrepancy import metric_sd, widened_interval
+from bayesblis.features.alpha import ALPHA_FEATURES
 from bayesblis.simulate.engine import (DROP_REASONS, STATUS_OK, EngineRun, deployment_constants,
                                        run_engine)
 
@@ -54,8 +55,6 @@ class Draws:
         d = self.beta.shape[0]
         self.noise_sigma = np.broadcast_to(np.asarray(self.noise_sigma, float), (d,)).copy()
         self.noise_nu = np.broadcast_to(np.asarray(self.noise_nu, float), (d,)).copy()
-        from bayesblis.features.alpha import ALPHA_FEATURES
-
         if self.alpha.shape != (d, len(ALPHA_FEATURES)):
             raise ValueError(f"alpha must be [{d}, {len(ALPHA_FEATURES)}], got {self.alpha.shape}")
 
@@ -371,7 +370,6 @@ def load_coefficients(path) -> Draws:
     from pathlib import Path
 
     from bayesblis.errors import InputError
-    from bayesblis.features.alpha import ALPHA_FEATURES
     from bayesblis.features.beta import BETA_FEATURES
     from bayesblis.io.text import parse_json_text, parse_yaml_text, read_text_checked
 
