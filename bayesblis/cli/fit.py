@@ -6,12 +6,15 @@ import click
 
 from bayesblis.model.laplace import CHOICES as LAPLACE_CHOICES
 
-DEFAULTS = {"draws": 1000, "tune": 1000, "target_accept": 0.95}
+DEFAULTS = {"draws": 1500, "tune": 1000, "target_accept": 0.95}
 """Sampler defaults of NUTS on rows: the quick tour (16 shared runs) went from r_hat 1.029,
 bulk ESS 142, 1 divergence at 500 / 500 / 0.9 to 1.009-1.010, 181-257, 0-3 (seeds 1-2,
-session 17), with session 18's model to 1.007, 416-481, 0-1, and with session 19's GEMV
+session 17, 1,000 draws), with session 18's model to 1.007, 416-481, 0-1, and with session 19's GEMV
 factor 1.017 / 1.007, 340 / 397, 1 / 0, with session 20's TP all-reduce floor 1.006 / 1.006,
-401 / 432, 1 / 0 (docs/measurements.md, sampler diagnostics)."""
+401 / 432, 1 / 0; model version 6 (session 22): 1.010 / 1.005, 332 / 535, tail ESS 184 / 401,
+0 / 0 at 1,000 draws (seed 1 fails on tail ESS), 1.003 / 1.006 / 1.005, 494 / 751 / 428,
+tail 282 / 730 / 284, 0 / 0 / 0 at 1,500 draws (seeds 1-3 pass; 107-204 s)
+(docs/measurements.md, sampler diagnostics)."""
 SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
 """Sampler defaults of --method summary (benchmarks/large_fit.py: clean at 200k-5M rows)."""
 
@@ -26,7 +29,7 @@ SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
                    "on per-configuration likelihood summaries, PSIS-corrected (large step "
                    "tables: see README, large traces).")
 @click.option("--draws", default=None, type=int,
-              help="Draws per chain [default: 1000; 2000 with --method summary, whose gradient "
+              help="Draws per chain [default: 1500; 2000 with --method summary, whose gradient "
                    "costs nothing per row].")
 @click.option("--tune", default=None, type=int,
               help="Tuning steps per chain [default: 1000].")
