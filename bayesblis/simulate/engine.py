@@ -816,8 +816,7 @@ def run_engine_arrays(arrival_s, prompt_tokens, output_tokens, prefix_group, pre
         if not (record and overflow):
             break
         caps = [max(c * 2, int(n_steps) + 16) if i == 0 else c * 4 for i, c in enumerate(caps)]
-    behind_first = decoding_at(ft_s, fin_s, ft_s)
-    behind_last = decoding_at(ft_s, fin_s, fin_s)
+    behind_first, behind_last = decoding_at(ft_s, fin_s, np.stack([ft_s, fin_s]))
     e2e = fin_s + (a[2] * output + a[3] * behind_last) * US - arrival_s
     ttft = ft_s + a[3] * behind_first * US - arrival_s
     steps = None
