@@ -21,6 +21,7 @@ from pathlib import Path
 
 import click
 
+from bayesblis.model.laplace import CHOICES as LAPLACE_CHOICES
 from bayesblis.reconstruct import FIT_KINDS
 
 
@@ -114,8 +115,9 @@ def _ms(v):
                    "prompts at four rising rates).")
 @click.option("--method", type=click.Choice(["nuts", "advi"]), default="nuts", show_default=True,
               help="Fit method: NUTS (nutpie) or ADVI.")
-@click.option("--draws", type=click.IntRange(min=10), default=300, show_default=True,
-              help="Posterior draws per chain (tuning steps: as many).")
+@click.option("--draws", type=click.IntRange(min=10), default=2000, show_default=True,
+              help="Posterior draws per chain (tuning steps: as many). At 300 the fit failed "
+                   "its diagnostics (docs/measurements.md, session 23).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of truth, traffic and fit.")
 @click.option("--max-obs-per-config", type=click.IntRange(min=20), default=400, show_default=True,
               hidden=True, help="Window observations kept per configuration (subsample).")
@@ -131,10 +133,13 @@ def _ms(v):
 @click.option("--nuts-backend", type=click.Choice(["numba", "jax"]), default="jax",
               show_default=True, hidden=True,
               help="nutpie backend (jax compiles in seconds, numba in about a minute).")
+@click.option("--laplace", type=click.Choice(list(LAPLACE_CHOICES)), default="on",
+              show_default=True, hidden=True,
+              help="Precondition NUTS at the posterior mode (JAX backend).")
 @click.option("--quiet", "--no-progress", "quiet", is_flag=True,
               help="No progress displays (also off when stderr is not a terminal, and in CI).")
 def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chains, sim_draws,
-            sim_duration_s, kinds, nuts_backend, quiet):
+            sim_duration_s, kinds, nuts_backend, laplace, quiet):
     """Run the whole pipeline on a synthetic fleet with a known truth and compare the
     held-out configuration's coefficients and latencies to it."""
     from tqdm import tqdm
@@ -186,7 +191,8 @@ def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chai
                f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}) "
                f"in {time.perf_counter() - t_design:.1f} s")
     sampler = {"draws": draws, "tune": tune or draws, "chains": chains, "seed": seed + 1,
-               "nuts_backend": nuts_backend}
+               "nuts_backend": nuts_backend,
+               "laplace": LAPLACE_CHOICES[laplace] if nuts_backend == "jax" else False}
     if method == "advi":
         sampler["advi_iterations"] = 15000
     model = LatencyModel(sampler_config=sampler)

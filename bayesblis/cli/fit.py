@@ -6,14 +6,17 @@ import click
 
 from bayesblis.model.laplace import CHOICES as LAPLACE_CHOICES
 
-DEFAULTS = {"draws": 1500, "tune": 1000, "target_accept": 0.95}
+DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.98}
 """Sampler defaults of NUTS on rows: the quick tour (16 shared runs) went from r_hat 1.029,
 bulk ESS 142, 1 divergence at 500 / 500 / 0.9 to 1.009-1.010, 181-257, 0-3 (seeds 1-2,
 session 17, 1,000 draws), with session 18's model to 1.007, 416-481, 0-1, and with session 19's GEMV
 factor 1.017 / 1.007, 340 / 397, 1 / 0, with session 20's TP all-reduce floor 1.006 / 1.006,
 401 / 432, 1 / 0; model version 6 (session 22): 1.010 / 1.005, 332 / 535, tail ESS 184 / 401,
 0 / 0 at 1,000 draws (seed 1 fails on tail ESS), 1.003 / 1.006 / 1.005, 494 / 751 / 428,
-tail 282 / 730 / 284, 0 / 0 / 0 at 1,500 draws (seeds 1-3 pass; 107-204 s)
+tail 282 / 730 / 284, 0 / 0 / 0 at 1,500 draws (seeds 1-3 pass; 107-204 s); model version 7
+(session 23, TP all-reduce per GPU): 1.006 / 1.004, 402 / 679, 1 / 2 divergences at 1,500
+draws and 0.95, 1.011 / 1.013 and no divergences at 0.98, 1.007 / 1.005, 493 / 611, tail 532 /
+525, 0 / 0 at 2,000 draws and 0.98 (seeds 1-2 pass; 236-248 s two fits at a time)
 (docs/measurements.md, sampler diagnostics)."""
 SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
 """Sampler defaults of --method summary (benchmarks/large_fit.py: clean at 200k-5M rows)."""
@@ -29,8 +32,7 @@ SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
                    "on per-configuration likelihood summaries, PSIS-corrected (large step "
                    "tables: see README, large traces).")
 @click.option("--draws", default=None, type=int,
-              help="Draws per chain [default: 1500; 2000 with --method summary, whose gradient "
-                   "costs nothing per row].")
+              help="Draws per chain [default: 2000].")
 @click.option("--tune", default=None, type=int,
               help="Tuning steps per chain [default: 1000].")
 @click.option("--chains", default=2, show_default=True, type=int)
@@ -49,7 +51,7 @@ SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
               help="Precondition NUTS at the posterior mode (JAX backend; same posterior, "
                    "shorter trees and tuning on large tables). auto: from 20,000 observations.")
 @click.option("--target-accept", default=None, type=float,
-              help="NUTS target acceptance [default: 0.95]; raising it (e.g. 0.98) takes "
+              help="NUTS target acceptance [default: 0.98]; raising it (e.g. 0.99) takes "
                    "smaller steps, slower, and does not always remove divergences "
                    "(docs/measurements.md, sampler diagnostics).")
 @click.option("--seed", default=1, show_default=True, type=int)

@@ -648,6 +648,9 @@ and a free scale over so few effects makes a funnel the sampler diverges in (on 
 configurations of the real H100 runs, chains disagreed on the alpha configuration scale:
 r_hat 1.6)."""
 
+CONFIG_SCALE_LOG_SD = 0.5
+"""Log sd of a learnt configuration scale's prior: 90% [0.44, 2.3] x ``tau_config``."""
+
 
 def post_draws(idata) -> int:
     """Draws in all chains of a posterior."""
@@ -657,20 +660,30 @@ def post_draws(idata) -> int:
 def _level_scale(name, short, hyper, dims=None, n_groups=None):
     """The scale of a level's effects (log scale).
 
-    A level with fewer than MIN_GROUPS_TO_LEARN_SCALE groups keeps a fixed scale, stored as
-    a Deterministic: its prior mean for configuration effects and the sums of
-    PROPORTIONAL_GROUPS, the HalfNormal's root mean square for the other levels (same prior
-    variance of an effect). Otherwise configuration effects and group sums (centred) get a
-    learnt scale with a zero-avoiding Gamma(2, 2 / mean) prior (a centred effect whose
-    scale can collapse to 0 makes a funnel), the other levels a HalfNormal scale.
+    Fixed (a Deterministic at its hyper value ``tau_<level>``: for the arch, hardware and
+    family levels the HalfNormal's root mean square, the same prior variance of an effect)
+    where it cannot be learnt:
+
+    - a level with fewer than MIN_GROUPS_TO_LEARN_SCALE groups;
+    - the spread of a PROPORTIONAL_GROUPS sum around its physics sum, always: the population
+      coefficients have as many level effects as there are configurations to explain, so a
+      learnt spread collapses towards 0 (the demo fleet's divergences all sat at
+      ``tau_step_const`` 0.004-0.03 and ``tau_kv`` 0.02, docs/measurements.md, session 23).
+
+    A learnt configuration scale gets a log-normal prior (median the hyper value, log sd
+    CONFIG_SCALE_LOG_SD), which, unlike the zero-avoiding Gamma(2) it replaced, has no mass
+    near 0 (where the centred effects make a funnel: divergences at 0.009-0.013); the
+    other levels a HalfNormal scale.
     """
-    if n_groups is not None and n_groups < MIN_GROUPS_TO_LEARN_SCALE:
+    fixed = (n_groups is not None and n_groups < MIN_GROUPS_TO_LEARN_SCALE) \
+        or short in PROPORTIONAL_GROUPS
+    if fixed:
         shape = (len(pm.modelcontext(None).coords[dims]),) if dims is not None else ()
         return pm.Deterministic(name, pt.as_tensor_variable(np.full(shape, hyper[f"tau_{short}"])),
                                 dims=dims)
-    if short == "config" or short in PROPORTIONAL_GROUPS:
-        mean = hyper[f"tau_{short}"]
-        return pm.Gamma(name, alpha=2.0, beta=2.0 / mean, dims=dims)
+    if short == "config":
+        return pm.LogNormal(name, mu=np.log(hyper["tau_config"]), sigma=CONFIG_SCALE_LOG_SD,
+                            dims=dims)
     return pm.HalfNormal(name, hyper[f"tau_{short}"], dims=dims)
 
 

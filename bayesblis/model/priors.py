@@ -59,8 +59,11 @@ BETA_PRIORS = {
     # floor makes held-out predictions better: by model E2E 5.6 / 3.5% -> 3.7 / 3.1%
     # (seeds 1 / 2), overloaded stages 13.2 / 15.2% -> 9.6 / 7.3% (docs/measurements.md,
     # session 20; in session 15, scored on 30 draws and without the GEMV factor, it looked
-    # worse).
-    "tp_comm_s": {"median": 1.2, "log_sd": 0.8, "floor": 1.0, "levels": MACHINE},
+    # worse). One value per GPU (the interconnect and NCCL, like tp_sync_s): with family
+    # and dense/MoE effects a model alone in its family at TP > 1 priced its per-token
+    # cost with its own compute effect or its own all-reduce effect, a curved ridge that
+    # kept the demo's fit from converging (docs/measurements.md, sessions 16-17 and 23).
+    "tp_comm_s": {"median": 1.2, "log_sd": 0.8, "floor": 1.0, "levels": SOFTWARE},
     # All-reduce latency per exchange round (2 all-reduces per layer, log2(tp) rounds each):
     # small messages of decode are latency-bound, so the bandwidth feature above misses it.
     # NVLink all-reduce of a few KB takes ~5-20 µs; one value per GPU (interconnect).
@@ -164,9 +167,10 @@ HYPER_PRIORS = {
     "tau_arch": 0.3,
     "tau_hardware": 0.3,
     "tau_family": 0.3,
-    # Prior *means* of the scales of centred effects (Gamma(2, 2/mean), zero-avoiding):
-    # configuration effects, and a configuration's sum of each PROPORTIONAL_GROUPS group
-    # (per-step constant; KV cost per token) around its physics sum.
+    # Scales of centred effects: configuration effects (the median of a log-normal prior,
+    # model/hierarchy.py CONFIG_SCALE_LOG_SD; fixed below 5 configurations), and the spread
+    # of a configuration's sum of each PROPORTIONAL_GROUPS group (per-step constant; KV
+    # cost per token) around its physics sum (always fixed).
     "tau_config": 0.15,
     "tau_step_const": 0.15,
     "tau_kv": 0.15,

@@ -85,6 +85,34 @@ def test_group_sums_alone_set_their_part_of_a_step():
                                        np.exp(log_sums[name]), rtol=1e-9)
 
 
+def test_level_scales_are_learnt_only_where_they_can_be():
+    """The spreads of the proportional groups' sums are always fixed at their hyper value
+    (learnt, they collapsed into a funnel); a configuration scale is learnt from 5
+    configurations on, with a log-normal prior that has no mass near 0."""
+    import pymc as pm
+
+    from bayesblis.model.hierarchy import CONFIG_SCALE_LOG_SD, MIN_GROUPS_TO_LEARN_SCALE
+    from bayesblis.model.priors import HYPER_PRIORS, PROPORTIONAL_GROUPS
+
+    many, _ = synthetic_data(n_obs=1000)
+    few, _ = synthetic_data(n_obs=1000, hardware=("H100-SXM",), tps=(1,))
+    assert len(few.configs) < MIN_GROUPS_TO_LEARN_SCALE <= len(many.configs)
+    for data, learnt in ((many, True), (few, False)):
+        model = LatencyModel().build_model(data)
+        free = {v.name for v in model.free_RVs}
+        for group in PROPORTIONAL_GROUPS:
+            assert f"beta_tau_{group}" not in free
+            assert float(model[f"beta_tau_{group}"].eval()) == HYPER_PRIORS[f"tau_{group}"]
+        assert ("beta_tau_config" in free) is learnt
+    model = LatencyModel().build_model(many)
+    tau = model["beta_tau_config"]
+    assert tau.owner.op.name == "lognormal"
+    draws = pm.draw(tau, draws=4000, random_seed=1)
+    assert np.median(draws) == pytest.approx(HYPER_PRIORS["tau_config"], rel=0.05)
+    assert np.std(np.log(draws)) == pytest.approx(CONFIG_SCALE_LOG_SD, rel=0.05)
+    assert (draws < 0.2 * HYPER_PRIORS["tau_config"]).mean() < 0.001
+
+
 def test_run_centring_averages_each_configurations_kept_runs():
     data, _ = synthetic_data(n_obs=6, hardware=("H100-SXM",), tps=(1,))
     configs = list(data.configs["config"])  # 3 configurations: 3 runs, 2 runs, 1 run

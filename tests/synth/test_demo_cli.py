@@ -84,3 +84,21 @@ def test_demo_tiny_real_fit(tmp_path):
     held, _ = _check_outputs(out)
     # population-level answer for an unseen configuration: most truths inside 90%
     assert held["coverage"]["covered"] >= 10
+
+
+@pytest.mark.slow
+def test_demo_at_its_defaults_passes_its_diagnostics(tmp_path):
+    """Issue #20: the README's first command, `bayesblis demo` as shipped (demo fleet, default
+    draws, Laplace-preconditioned NUTS), fits with r_hat <= 1.01, bulk and tail ESS >= 200
+    and no divergences, and says so."""
+    pytest.importorskip("bayesblis.design")
+    from bayesblis.model.store import load_posterior
+
+    out = tmp_path / "demo"
+    res = CliRunner().invoke(cli, ["demo", "--out", str(out), "--no-progress"])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    diag = load_posterior(out / "posterior.nc").fit_info["diagnostics"]
+    assert diag["passed"], diag
+    assert "diagnostics PASS" in res.output
+    held, _ = _check_outputs(out)
+    assert held["coverage"]["covered"] >= 14
