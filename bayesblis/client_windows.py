@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from bayesblis.constants import US
-from bayesblis.features.alpha import ALPHA_FEATURES, decoding_at
+from bayesblis.features.alpha import ALPHA_FEATURES, alpha_features, decoding_at
 from bayesblis.features.beta import AGGREGATES, BETA_FEATURES, beta_feature_matrix
 from bayesblis.io.inference_perf import correct_output_counts, stage_of
 
@@ -197,9 +197,7 @@ def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens
     waited = (RESIDUAL_STEP_FRACTION + (ASYNC_LAG_STEPS if async_scheduling else 0.0)) * running
     f_residual = beta_feature_matrix(deployment, residual_step) * waited[:, None]
     ttft_feats = f_prefill + f_residual
-    returned_behind = decoding_at(t_f, t_e, t_f)
-    rows.append(_frame(ttft_feats, alpha=np.column_stack([
-        np.full(len(prompt), US), prompt * US, np.zeros(len(prompt)), returned_behind * US]),
+    rows.append(_frame(ttft_feats, alpha=alpha_features(prompt, 0.0, decoding_at(t_f, t_e, t_f)),
         y=ok["ttft_s"].to_numpy(float), n_steps=k_steps + waited,
         kind="client_ttft", config=config, source=source, request=ok.index.to_numpy(),
         start=arrival))
