@@ -37,10 +37,10 @@ import numpy as np
 
 from bayesblis import __version__
 from bayesblis.constants import CI_PROB
-from bayesblis.discrepancy import metric_sd, pass_probability
+from bayesblis.discrepancy import NEW_CONFIGURATION, metric_widening, pass_probability
 from bayesblis.errors import BayesBlisError, UnseenLevelError
 from bayesblis.simulate.results import (METRICS, Draws, per_draw_metrics, saturated_share,
-                                        summarize)
+                                        summarize, summarize_metric)
 from bayesblis.simulate.scenario import VLLM_KEYS
 from bayesblis.simulate.workload import Workload, sample_tokens
 
@@ -96,8 +96,9 @@ class SLO:
     def pass_probability(self, values, discrepancy=None) -> np.ndarray:
         """Per-draw probability of passing once the simulator discrepancy of this metric is
         allowed for (`bayesblis.discrepancy.pass_probability`); 0/1 without one."""
-        sd = metric_sd(discrepancy, self.result_metric)
-        return pass_probability(values, self.threshold_s, sd, inclusive=self.op == "<=")
+        sd, scale = metric_widening(discrepancy, self.result_metric)
+        return pass_probability(values, self.threshold_s, sd, inclusive=self.op == "<=",
+                                scale=scale)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "metric": self.metric, "result_metric": self.result_metric,
@@ -489,7 +490,7 @@ def _evaluate(stream, duration_s, cfg, constants, draws, slos, seed, ci_prob, n_
                "p_all": float(all_ok.mean()),
                "p_slo": {k: float(v.mean()) for k, v in passes.items()},
                "saturated_share": saturated_share(per["saturated"]),
-               "metrics": {m: summarize(per[m], ci_prob, metric_sd(discrepancy, m), seed)
+               "metrics": {m: summarize_metric(per[m], m, discrepancy, ci_prob, seed)
                            for m in METRICS},
                "dropped_fraction": (float(np.mean(per["n_dropped"]) / len(w)) if len(w) else 0.0),
                "busy_fraction": _clean(np.mean(per["busy_fraction"]))}
@@ -617,12 +618,15 @@ def option_tasks(scenario, posterior, option_settings: list[dict], slos: list[SL
         except BayesBlisError as exc:   # e.g. tp not dividing the heads, model not fitting
             raise BayesBlisError(f"option {label}: {exc}") from None
         draws = Draws.from_coefficient_draws(cd, source=f"{posterior_source}")
+        rule = discrepancy.for_configuration(cd.seen_config, cd.unseen_levels) \
+            if discrepancy else None
         tasks.append({"scenario": sc, "settings": settings, "draws": draws, "slos": list(slos),
-                      "search": search, "n_workers": n_workers, "discrepancy": discrepancy,
+                      "search": search, "n_workers": n_workers, "discrepancy": rule,
                       "coefficients": {"source": posterior_source, "config": cd.config,
                                        "seen_config": bool(cd.seen_config),
                                        "unseen_levels": {k: str(v) for k, v in cd.unseen_levels.items()},
-                                       "n_draws": int(draws.n_draws)}})
+                                       "n_draws": int(draws.n_draws),
+                                       "discrepancy_rule": rule.applies if rule else None}})
     return tasks
 
 
@@ -708,6 +712,11 @@ def format_plan(plan: dict) -> str:
                  + (f"each draw's pass probability includes the simulator discrepancy, "
                     f"{disc['source']}" if disc else "posterior draws only, no simulator "
                     "discrepancy") + ")")
+    never_fitted = [o["label"] for o in plan["options"]
+                    if (o.get("coefficients") or {}).get("discrepancy_rule") == NEW_CONFIGURATION]
+    if never_fitted:
+        lines.append(f"never fitted ({', '.join(never_fitted)}): the draws' spread about their "
+                     f"median is scaled as measured held out by model, not widened")
     lines.append("saturated: share of draws whose queue keeps growing (data_specs/plan.md)")
     if any(o["search"].get("n_curve_evaluations") for o in plan["options"]):
         lines.append("evaluations: search + extra --curve rates")

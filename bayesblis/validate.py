@@ -85,6 +85,7 @@ def predict_experiment(source, posterior, *, hardware, n_draws, seed, allow_unse
                           max_duration_s=max_duration_s, deployment=deployment,
                           keep_draws=keep_draws)
     result["unseen_levels"] = cd.unseen_levels
+    result["seen_config"] = bool(cd.seen_config)
     return result
 
 
@@ -93,24 +94,29 @@ def compare(source, result, *, fold: str, holdout: str, discrepancy: dict | None
     """One record per stage: measured vs predicted (median, mean, interval), errors of the
     median (scored) and of the mean, coverage, and the share of saturating draws.
 
-    With `discrepancy` ({metric: {"sd": ...}}, see bayesblis.discrepancy) and per-draw
-    results, the interval is the posterior draws widened by the simulator discrepancy; the
-    model's own interval and its coverage are kept as ``model_pred_*`` and
-    ``model_covered_*``."""
-    from bayesblis.discrepancy import pass_probability, widened_interval
+    With `discrepancy` ({metric: {"sd": ..., "scale": ...}}, see bayesblis.discrepancy) and
+    per-draw results, the interval is the posterior draws widened by the simulator
+    discrepancy (a configuration the fit never saw: their spread scaled,
+    `Discrepancy.for_configuration`); the model's own interval and its coverage are kept as
+    ``model_pred_*`` and ``model_covered_*``."""
+    from bayesblis.discrepancy import Discrepancy, pass_probability, widened_interval
     from bayesblis.io.inference_perf import correct_output_counts
 
     measured = source.tables["stage_measurements"].reset_index(drop=True)
     corrected = correct_output_counts(source.tables["requests"])
     has_errors = bool(source.tables["requests"]["has_error"].any())
     overloaded = overloaded_stages(measured, has_errors)
+    seen_config = bool(result.get("seen_config", True))
+    rule = Discrepancy(sd={m: e["sd"] for m, e in (discrepancy or {}).items()},
+                       scale={m: e["scale"] for m, e in (discrepancy or {}).items() if "scale" in e}
+                       ).for_configuration(seen_config, result.get("unseen_levels"))
     records = []
     for i, row in measured.iterrows():
         stage_pred = result["stages"][i] if i < len(result["stages"]) else None
         rec = {"experiment": source.name, "fold": fold, "holdout": holdout, "stage": int(row["stage"]),
                "rate_rps": float(row["rate_rps"]), "overloaded": bool(overloaded[i]),
                "saturated_share": stage_pred.get("saturated_share") if stage_pred else None,
-               "unseen_levels": result.get("unseen_levels", {})}
+               "unseen_levels": result.get("unseen_levels", {}), "seen_config": seen_config}
         itl_scale = _itl_count_scale(corrected, int(row["stage"]))
         for measured_col, metric in METRICS.items():
             value = float(row[measured_col])
@@ -125,15 +131,16 @@ def compare(source, result, *, fold: str, holdout: str, discrepancy: dict | None
             if "per_draw_stages" in result:
                 draws = np.asarray(result["per_draw_stages"][i][metric], float)
                 draws = draws[np.isfinite(draws)] * (itl_scale if metric == "itl_mean_s" else 1.0)
-                sd = discrepancy[metric]["sd"] if discrepancy else 0.0
+                sd, scale = rule.widening(metric)
                 # PIT: the predictive probability of a value below the measured one (a plan's
                 # P(pass) at threshold = measured); uniform over stages when calibrated
-                rec[f"pit_{metric}"] = float(np.mean(pass_probability(draws, value, sd)))
+                rec[f"pit_{metric}"] = float(np.mean(pass_probability(draws, value, sd,
+                                                                      scale=scale)))
                 if discrepancy:
                     rec[f"model_pred_{metric}_lo"], rec[f"model_pred_{metric}_hi"] = lo, hi
                     rec[f"model_covered_{metric}"] = bool(lo <= value <= hi)
                     rec[f"model_pit_{metric}"] = float(np.mean(pass_probability(draws, value, 0.0)))
-                    lo, hi = widened_interval(draws, sd, CI_PROB, seed=seed + i)
+                    lo, hi = widened_interval(draws, sd, CI_PROB, seed=seed + i, scale=scale)
             point = pred[POINT_PREDICTION]
             rec[f"pred_{metric}"] = point
             rec[f"pred_{metric}_mean"] = pred["mean"]
@@ -183,6 +190,9 @@ def summarize(records: list[dict], holdout: str, ci_prob: float = CI_PROB) -> di
     if covered:
         summary["coverage_90"] = _share_covered(normal[covered])
         summary["coverage_by_metric"] = {c[len("covered_"):]: float(normal[c].mean()) for c in covered}
+        summary["interval_width_pct_by_metric"] = {
+            m: float(((normal[f"pred_{m}_hi"] - normal[f"pred_{m}_lo"]) / normal[f"pred_{m}"]).median()
+                     * 100) for m in (c[len("covered_"):] for c in covered)}
     model_only = [c for c in normal.columns if c.startswith("model_covered_")]
     if model_only:
         summary["coverage_90_posterior_only"] = _share_covered(normal[model_only])
@@ -213,21 +223,30 @@ def _share_covered(flags: pd.DataFrame) -> float | None:
     return float(values.mean()) if len(values) else None
 
 
+def discrepancy_entries(records: list[dict]) -> dict:
+    """{metric: {"sd", ..., and "scale", "n_stages_never_fitted" where records of
+    configurations never fitted allow}}: `discrepancy_sd` and `spread_scale` of `records`."""
+    from bayesblis.discrepancy import discrepancy_sd, spread_scale
+
+    out = discrepancy_sd(records, METRICS.values())
+    for metric, entry in spread_scale(records, METRICS.values()).items():
+        out[metric].update(scale=entry["scale"], n_stages_never_fitted=entry["n_stages"])
+    return out
+
+
 def cross_fold_discrepancy(predictions: list[dict]) -> dict:
     """{fold: {metric: {"sd", ...}}}: each fold's simulator discrepancy, calibrated on the
-    other folds' out-of-sample errors (bayesblis.discrepancy).
+    other folds' out-of-sample errors (bayesblis.discrepancy; `discrepancy_entries`).
 
     `predictions`: one entry per held-out source, {"fold", "records"} (its `compare`
     records, posterior-only intervals). A fold's own held-out runs never set its
     discrepancy; the other folds' fits did see them (a cross-validation residual, as in CV+
     conformal intervals), so the held-out run reaches its own interval only through how it
     moved the other fits' errors."""
-    from bayesblis.discrepancy import discrepancy_sd
-
     out = {}
     for fold in dict.fromkeys(p["fold"] for p in predictions):
         others = [r for p in predictions if p["fold"] != fold for r in p["records"]]
-        out[fold] = discrepancy_sd(others, METRICS.values())
+        out[fold] = discrepancy_entries(others)
     return out
 
 
@@ -235,12 +254,10 @@ def pooled_discrepancy(predictions: list[dict], holdout: str) -> dict:
     """The simulator discrepancy of a new prediction, calibrated on every held-out stage of
     every fold (each fold's errors are out of sample for its fit): what `simulate` and
     `plan --discrepancy REPORT.json` widen by (bayesblis.discrepancy.load_discrepancy)."""
-    from bayesblis.discrepancy import discrepancy_sd
-
     records = [r for p in predictions for r in p["records"]]
     return {"holdout": holdout, "ci_prob": CI_PROB, "point_prediction": POINT_PREDICTION,
             "n_runs": len({r["experiment"] for r in records}),
-            "metrics": discrepancy_sd(records, METRICS.values())}
+            "metrics": discrepancy_entries(records)}
 
 
 DEFAULT_DRAWS = {"experiment": 30, "model": 150}
@@ -445,6 +462,9 @@ def format_table(report: dict) -> str:
     if s.get("coverage_90") is not None:
         lines.append(f"  {int(s['ci_prob'] * 100)}% interval coverage {s['coverage_90'] * 100:.0f}% "
                      + ", ".join(f"{k} {v * 100:.0f}%" for k, v in s["coverage_by_metric"].items()))
+    if s.get("interval_width_pct_by_metric"):
+        lines.append("  median interval width (hi - lo) / median: " + ", ".join(
+            f"{k} {v:.0f}%" for k, v in s["interval_width_pct_by_metric"].items()))
     if s.get("coverage_90_posterior_only") is not None:
         lines.append(f"  (posterior-only intervals, without the simulator discrepancy: "
                      f"{s['coverage_90_posterior_only'] * 100:.0f}%)")

@@ -62,8 +62,12 @@ def command(scenario, posterior, coefficients, draws, hardware, replay, allow_un
 
         cd = posterior_draws(posterior, deployment, draws, allow_unseen=allow_unseen, seed=seed)
         d = Draws.from_coefficient_draws(cd, source=f"posterior {posterior}")
+        if discrepancy is not None:
+            discrepancy = discrepancy.for_configuration(cd.seen_config, cd.unseen_levels)
     else:
         d = load_coefficients(coefficients)
+        if discrepancy is not None:   # fixed coefficients: as a new run of their configuration
+            discrepancy = discrepancy.for_configuration(True)
         if d.noise_sigma[0] > 0 and draws > 1:  # fixed coefficients: draws vary the noise only
             d = Draws(d.beta.repeat(draws, 0), d.alpha.repeat(draws, 0),
                       d.noise_sigma.repeat(draws), d.noise_nu.repeat(draws), d.source)
@@ -106,7 +110,9 @@ def format_summary(result: dict) -> str:
     ci = int(round(result["metadata"].get("ci_prob", 0.9) * 100))
     head = f"{'metric':<26}" + "".join(f"{name:>{width}}" for name, _ in blocks)
     disc = result["metadata"].get("discrepancy")
-    kind = (f"{ci}% prediction interval: draws x simulator discrepancy" if disc
+    kind = (f"{ci}% prediction interval: draws' spread x scale (configuration never fitted)"
+            if disc and disc.get("scale") else
+            f"{ci}% prediction interval: draws x simulator discrepancy" if disc
             else f"{ci}% interval of the posterior draws")
     lines = [f"median over draws [{kind}] and mean (a few saturated draws inflate the mean)",
              head, "-" * len(head)]
@@ -130,7 +136,12 @@ def format_summary(result: dict) -> str:
     lines.append(f"requests {c['n_requests']}  dropped {c['n_dropped']}  "
                  f"excluded (errors) {c['n_excluded_errors']}  preemptions (mean) "
                  f"{(c['n_preemptions'] or {}).get('mean') or 0:.0f}  draws {result['metadata']['draws']}")
-    if disc:
+    if disc and disc.get("scale"):
+        scaled = ", ".join(f"{m} x{disc['scale'][m]:.2f}" for m in METRICS if m in disc["scale"])
+        lines.append(f"a configuration the posterior never fitted: its spread about the median "
+                     f"is scaled as measured held out by model ({disc['scale_source']}): "
+                     f"{scaled}; the other metrics are posterior-only (--discrepancy none: all)")
+    elif disc:
         widened = ", ".join(m for m in METRICS if m in disc["sd"])
         lines.append(f"discrepancy ({disc['source']}) widens {widened}; the other metrics are "
                      "posterior-only (--discrepancy none: all)")

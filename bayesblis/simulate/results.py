@@ -19,7 +19,7 @@ import numpy as np
 
 from bayesblis import __version__
 from bayesblis.constants import CI_PROB
-from bayesblis.discrepancy import metric_sd, widened_interval
+from bayesblis.discrepancy import metric_widening, widened_interval
 from bayesblis.features.alpha import ALPHA_FEATURES
 from bayesblis.simulate.engine import (DROP_REASONS, STATUS_OK, EngineRun, deployment_constants,
                                        run_engine)
@@ -68,12 +68,13 @@ class Draws:
 
 
 def summarize(values, ci_prob: float = CI_PROB, discrepancy_sd: float = 0.0,
-              seed: int = 0) -> dict:
+              seed: int = 0, spread_scale: float = 1.0) -> dict:
     """Mean, median and equal-tailed interval of per-draw values (NaNs ignored).
 
-    With `discrepancy_sd` > 0 the interval is a prediction interval: the draws widened by
-    the simulator discrepancy (`bayesblis.discrepancy.widened_interval`); the posterior-only
-    one is kept as ``posterior_lo`` / ``posterior_hi``. Mean and median stay the draws'."""
+    With `discrepancy_sd` > 0 or `spread_scale` != 1 the interval is a prediction interval:
+    the draws' spread scaled and widened by the simulator discrepancy
+    (`bayesblis.discrepancy.widened_interval`); the posterior-only one is kept as
+    ``posterior_lo`` / ``posterior_hi``. Mean and median stay the draws'."""
     v = np.asarray(values, float)
     v = v[np.isfinite(v)]
     if v.size == 0:
@@ -81,10 +82,19 @@ def summarize(values, ci_prob: float = CI_PROB, discrepancy_sd: float = 0.0,
     lo, hi = np.quantile(v, [(1 - ci_prob) / 2, (1 + ci_prob) / 2])
     out = {"mean": float(v.mean()), "median": float(np.median(v)), "lo": float(lo),
            "hi": float(hi), "ci_prob": float(ci_prob)}
-    if discrepancy_sd > 0:
+    if discrepancy_sd > 0 or spread_scale != 1.0:
         out["posterior_lo"], out["posterior_hi"] = out["lo"], out["hi"]
-        out["lo"], out["hi"] = widened_interval(v, discrepancy_sd, ci_prob, seed=seed)
+        out["lo"], out["hi"] = widened_interval(v, discrepancy_sd, ci_prob, seed=seed,
+                                                scale=spread_scale)
     return out
+
+
+def summarize_metric(values, metric: str, discrepancy=None, ci_prob: float = CI_PROB,
+                     seed: int = 0) -> dict:
+    """`summarize` with the widening `discrepancy` (a `bayesblis.discrepancy.Discrepancy`
+    or None) gives `metric`."""
+    sd, scale = metric_widening(discrepancy, metric)
+    return summarize(values, ci_prob, sd, seed, scale)
 
 
 def stage_lag_growth(arrival_s, finish_s, start_s: float, end_s: float) -> float:
@@ -293,8 +303,7 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
     reasons = records[0].get("reasons", {}) if records else {}
 
     def block(metrics):
-        return {m: summarize(metrics[m], ci_prob, metric_sd(discrepancy, m), seed)
-                for m in METRICS}
+        return {m: summarize_metric(metrics[m], m, discrepancy, ci_prob, seed) for m in METRICS}
 
     stages = []
     for s in range(n_stage):

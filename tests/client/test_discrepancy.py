@@ -79,8 +79,13 @@ def test_load_discrepancy_reads_the_packaged_file_and_validate_reports(tmp_path)
     assert all(0 < sd < 0.5 for sd in packaged.sd.values())
     assert load_discrepancy(CATALOG_FILE) == packaged
     assert packaged.for_metric("throughput_tokens_per_s") == 0.0      # not calibrated
+    # the spread scale of configurations never fitted, measured held out by model
+    assert set(packaged.scale) == set(METRICS.values())
+    assert all(0 < s < 1 for s in packaged.scale.values()) and "model" in packaged.scale_source
     mine = load_discrepancy(_report(tmp_path, {"e2e_mean_s": {"sd": 0.05}}))
-    assert mine.sd == {"e2e_mean_s": 0.05} and mine.holdout == "experiment"
+    assert mine.sd == {"e2e_mean_s": 0.05} and mine.holdout == "experiment" and mine.scale == {}
+    scaled = load_discrepancy(_report(tmp_path, {"e2e_mean_s": {"sd": 0.0, "scale": 0.3}}))
+    assert scaled.scale == {"e2e_mean_s": 0.3}
 
 
 @pytest.mark.parametrize("content, field", [
@@ -89,6 +94,8 @@ def test_load_discrepancy_reads_the_packaged_file_and_validate_reports(tmp_path)
     ({"metrics": {"e2e_mean_s": 0.1}}, "metrics.e2e_mean_s.sd"),
     ({"metrics": {}}, "metrics"),
     ({"records": []}, "metrics"),
+    ({"metrics": {"e2e_mean_s": {"sd": 0.1, "scale": 0}}}, "metrics.e2e_mean_s.scale"),
+    ({"metrics": {"e2e_mean_s": {"sd": 0.1, "scale": None}}}, "metrics.e2e_mean_s.scale"),
 ])
 def test_a_malformed_discrepancy_names_the_file_and_field(tmp_path, content, field):
     import json
@@ -104,3 +111,63 @@ def test_a_malformed_discrepancy_names_the_file_and_field(tmp_path, content, fie
     path.write_bytes(b"\xff\xfe\x00binary")
     with pytest.raises(InputError, match="d.json"):
         load_discrepancy(path)
+
+
+def _unseen_rec(measured, pred, spread, seen_config=False, levels=None):
+    """A held-out stage record with a predictive log sd `spread` about `pred`."""
+    return {"overloaded": False, "seen_config": seen_config, "unseen_levels": levels or {},
+            "measured_e2e_mean_s": measured, "pred_e2e_mean_s": pred,
+            "pred_e2e_mean_s_lo": pred * np.exp(-1.645 * spread),
+            "pred_e2e_mean_s_hi": pred * np.exp(1.645 * spread)}
+
+
+def test_spread_scale_is_the_conformal_quantile_of_errors_in_predictive_spreads():
+    from bayesblis.discrepancy import spread_scale, spread_score
+
+    # each side of the median its own spread: a skewed interval [0.8, 1.5] about 1.0
+    assert spread_score(0.9, 1.0, 0.8, 1.5) == pytest.approx(np.log(1 / 0.9) / np.log(1 / 0.8))
+    assert spread_score(1.2, 1.0, 0.8, 1.5) == pytest.approx(np.log(1.2) / np.log(1.5))
+    # scores 0.1, 0.2, ..., 1.9 (19 stages, alternately below and above the median): k =
+    # ceil(20 x 0.9) = 18, the 18th smallest score
+    recs = [_unseen_rec(np.exp((-1) ** i * 0.02 * i * 1.645), 1.0, 0.2) for i in range(1, 20)]
+    out = spread_scale(recs, ["e2e_mean_s"])["e2e_mean_s"]
+    assert out["n_stages"] == 19
+    assert out["scale"] == pytest.approx(1.8, rel=1e-6)
+    # 9 stages: k = ceil(10 x 0.9) = 9, the largest score
+    assert spread_scale(recs[:9], ["e2e_mean_s"])["e2e_mean_s"]["scale"] == pytest.approx(0.9)
+    # only predictions of configurations never fitted, on fitted hardware, count
+    others = [_unseen_rec(2.0, 1.0, 0.2, seen_config=True),
+              _unseen_rec(2.0, 1.0, 0.2, levels={"hardware": "A100"})]
+    assert spread_scale(others, ["e2e_mean_s"]) == {}
+    assert spread_scale(recs[:9] + others, ["e2e_mean_s"])["e2e_mean_s"]["n_stages"] == 9
+
+
+def test_scaled_draws_keep_their_median_and_scale_their_log_spread():
+    from bayesblis.discrepancy import pass_probability, scaled_spread
+
+    x = np.exp(np.random.default_rng(0).normal(np.log(2.0), 0.3, 2001))
+    y = scaled_spread(x, 0.5)
+    assert np.median(y) == pytest.approx(np.median(x))
+    assert np.std(np.log(y)) == pytest.approx(0.5 * np.std(np.log(x)), rel=1e-6)
+    lo, hi = widened_interval(x, 0.0, 0.9, scale=0.5)
+    assert (lo, hi) == pytest.approx(tuple(np.quantile(y, [0.05, 0.95])))
+    assert np.isnan(scaled_spread([np.nan, 1.0, 4.0], 0.5)[0])
+    # a plan's pass probability sees the scaled draws
+    assert pass_probability(x, 2.2, 0.0, scale=0.5).mean() == pytest.approx(np.mean(y < 2.2))
+
+
+def test_each_deployment_gets_the_rule_measured_for_its_kind():
+    from bayesblis.discrepancy import NEW_CONFIGURATION, NEW_RUN, Discrepancy
+
+    d = Discrepancy(sd={"e2e_mean_s": 0.04, "ttft_mean_s": 0.09}, scale={"e2e_mean_s": 0.3},
+                    source="exp", holdout="experiment", scale_source="model")
+    new_run = d.for_configuration(True)
+    assert new_run.applies == NEW_RUN and new_run.widening("e2e_mean_s") == (0.04, 1.0)
+    new_cfg = d.for_configuration(False, {"model_family": "mixtral"})
+    assert new_cfg.applies == NEW_CONFIGURATION
+    assert new_cfg.widening("e2e_mean_s") == (0.0, 0.3)
+    assert new_cfg.widening("ttft_mean_s") == (0.09, 1.0)       # no scale measured: the sd
+    assert new_cfg.widening("throughput_tokens_per_s") == (0.0, 1.0)
+    assert d.for_configuration(False, {"hardware": "A100"}).widening("e2e_mean_s") == (0.04, 1.0)
+    assert Discrepancy(sd={"e2e_mean_s": 0.04}).for_configuration(False).applies == NEW_RUN
+    assert new_cfg.to_dict()["scale"] == {"e2e_mean_s": 0.3}

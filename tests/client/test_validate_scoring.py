@@ -61,6 +61,8 @@ def test_errors_are_of_the_median_and_the_mean_error_is_kept(source):
     assert summary["median_abs_pct_error_e2e_mean"] == pytest.approx(5.0)
     assert summary["median_abs_pct_error_of_mean_e2e_mean"] > 400
     assert summary["n_normal_stages_with_saturated_draws"] == summary["n_normal_stages"]
+    # interval width relative to the median: 5% quantile 0.95 x, 95% quantile 30 x measured
+    assert summary["interval_width_pct_by_metric"]["e2e_mean_s"] == pytest.approx((30 - 0.95) / 0.95 * 100)
     table = format_table({"holdout": "experiment", "records": records, "summary": summary})
     assert "predictive median" in table.splitlines()[0]
     assert "15% of draws saturate" in table and "of the predictive mean" in table
@@ -94,3 +96,32 @@ def test_pit_is_the_predictive_probability_below_the_measurement(source):
     assert cal["n"] == 20000
     for level in (50, 80, 90):
         assert cal[f"central_{level}"] == pytest.approx(level / 100, abs=0.01)
+
+
+def test_a_configuration_never_fitted_gets_its_spread_scaled_not_widened(source):
+    """Held out by model (a configuration the fit never saw, on seen hardware) the draws'
+    log spread about their median is scaled by the fold's `scale`; a new run of a fitted
+    configuration, or unseen hardware, keeps the additive sd."""
+    from bayesblis.validate import METRICS, compare
+
+    rng = np.random.default_rng(0)
+    measured = source.tables["stage_measurements"]
+    per_draw, stages = [], []
+    for _, row in measured.iterrows():
+        draws = {m: (float(row[m]) if m in row else 1.0) * rng.lognormal(0.0, 0.2, 400)
+                 for m in RESULT_METRICS}
+        per_draw.append({m: list(v) for m, v in draws.items()})
+        stages.append({m: summarize(v) for m, v in draws.items()})
+    disc = {m: {"sd": 0.05, "scale": 0.25} for m in METRICS.values()}
+    width = {}
+    for name, seen, levels in (("new configuration", False, {}), ("new run", True, {}),
+                               ("new GPU", False, {"hardware": "A100"})):
+        result = {"stages": stages, "per_draw_stages": per_draw, "seen_config": seen,
+                  "unseen_levels": levels}
+        rec = compare(source, result, fold="f", holdout="model", discrepancy=disc)[0]
+        assert rec["seen_config"] is seen
+        m = "e2e_mean_s"
+        width[name] = np.log(rec[f"pred_{m}_hi"] / rec[f"pred_{m}_lo"])
+        posterior = np.log(rec[f"model_pred_{m}_hi"] / rec[f"model_pred_{m}_lo"])
+    assert width["new configuration"] == pytest.approx(0.25 * posterior, rel=0.02)
+    assert width["new run"] > posterior and width["new GPU"] == pytest.approx(width["new run"])

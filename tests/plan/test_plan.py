@@ -370,3 +370,33 @@ def test_discrepancy_turns_each_draw_into_a_pass_probability(sweep):
     assert "includes the simulator discrepancy, test" in format_plan(widened)
     assert "posterior draws only" in format_plan(plan)
     assert widened["options"][0]["capacity_rate_per_s"] < cap
+
+
+def test_a_configuration_never_fitted_gets_its_draws_spread_scaled(sweep):
+    """The held-out scenario's configuration was never fitted (its GPU, family and arch
+    were): with a discrepancy that carries a spread scale, each draw's metric is pulled
+    towards the draws' median (``median x (x / median)^scale``) and passes 0/1, instead of
+    the additive sd."""
+    from bayesblis.discrepancy import NEW_CONFIGURATION, Discrepancy, scaled_spread
+    from bayesblis.plan import format_plan
+    from bayesblis.simulate.results import METRICS
+
+    sc, posterior, slos, search, plan, _ = sweep
+    base = plan["options"][0]
+    cap = base["capacity_rate_per_s"]
+    calibrated = [m for m in METRICS if m != "throughput_tokens_per_s"]
+    disc = Discrepancy(sd={m: 0.3 for m in calibrated}, scale={m: 0.25 for m in calibrated},
+                       source="test", holdout="experiment", scale_source="test, model")
+    task = option_tasks(sc, posterior, [{}], slos, search, n_draws=DRAWS, discrepancy=disc)[0]
+    assert task["coefficients"]["seen_config"] is False
+    assert task["coefficients"]["discrepancy_rule"] == NEW_CONFIGURATION
+    rec = probability_curve(task, [cap])[0]
+    values = base["at_capacity"]["per_draw"]          # the same simulations, posterior-only
+    for s in slos:
+        scaled = scaled_spread(np.array(values[s.result_metric], float), 0.25)
+        assert rec["p_slo"][s.name] == pytest.approx(np.mean(scaled < s.threshold_s))
+    m = rec["metrics"]["itl_mean_s"]
+    assert m["posterior_lo"] <= m["lo"] <= m["median"] <= m["hi"] <= m["posterior_hi"]
+    scaled_plan = run_plan(sc, posterior, slos, [{}], search=search, n_draws=DRAWS,
+                           posterior_source="p", discrepancy=disc)
+    assert "never fitted" in format_plan(scaled_plan)

@@ -192,7 +192,8 @@ def test_posterior_option_uses_posterior_draws(tmp_path, monkeypatch):
         rng = np.random.default_rng(seed)
         beta = np.array([BETA_PRIOR[n] for n in BETA_FEATURES]) * rng.lognormal(0, 0.1, (n_draws, len(BETA_FEATURES)))
         return types.SimpleNamespace(beta=beta, alpha=np.tile(list(ALPHA_PRIOR.values()), (n_draws, 1)),
-                                     noise_sigma=np.full(n_draws, 0.05), noise_nu=np.full(n_draws, 6.0))
+                                     noise_sigma=np.full(n_draws, 0.05), noise_nu=np.full(n_draws, 6.0),
+                                     seen_config=True, unseen_levels={})
 
     monkeypatch.setitem(sys.modules, "bayesblis.coefficients",
                         types.SimpleNamespace(posterior_draws=posterior_draws))
@@ -215,7 +216,7 @@ def test_prediction_intervals_widen_by_the_simulator_discrepancy(tmp_path):
     """By default the intervals of the metrics validation calibrates are prediction
     intervals (draws x the packaged discrepancy), the posterior-only ones kept beside them;
     `--discrepancy none` gives the posterior-only ones; a report gives its own."""
-    from bayesblis.discrepancy import load_discrepancy
+    from bayesblis.discrepancy import NEW_RUN, load_discrepancy
 
     sc = tmp_path / "sc.yaml"
     sc.write_text(yaml.safe_dump({"model": "llama-2-7b", "hardware": "H100-SXM", "workload": {
@@ -231,6 +232,8 @@ def test_prediction_intervals_widen_by_the_simulator_discrepancy(tmp_path):
     (wide, text), (plain, plain_text) = runs["default"], runs["none"]
     packaged = load_discrepancy()
     assert wide["metadata"]["discrepancy"]["sd"] == pytest.approx(packaged.sd, abs=1e-6)
+    assert "scale" not in wide["metadata"]["discrepancy"]      # fixed coefficients: a new run
+    assert wide["metadata"]["discrepancy"]["applies"] == NEW_RUN
     assert plain["metadata"]["discrepancy"] is None
     assert "prediction interval" in text and "posterior-only" in text
     assert "interval of the posterior draws" in plain_text
