@@ -56,8 +56,9 @@ stage's error in units of its own predictive spread on the side it falls (`sprea
 and the scale is the k-th smallest of the n scores, ``k = ceil((n + 1) * ci_prob)`` (the
 largest when k > n): the split-conformal quantile of normalised scores, so the interval of
 the draws ``median * (x / median) ** scale``, i.e. ``[median (lo / median)^scale, median
-(hi / median)^scale]``, covers at least `ci_prob` of exchangeable new stages. (Scores
-symmetric in log(hi / lo) under-covered the skewed TTFT draws: 70-75% of held-out TTFT means.) Cross-fold as above (a fold's scale from the other folds' held-out models). It
+(hi / median)^scale]``, covers at least `ci_prob` of exchangeable new stages (scores
+symmetric in log(hi / lo) under-covered the skewed TTFT draws: 70-75% of held-out TTFT
+means). Cross-fold as above (a fold's scale from the other folds' held-out models). It
 applies only where it was measured: a configuration never fitted, on hardware the fit has
 seen (`Discrepancy.for_configuration`); a new run of a fitted configuration, and anything on
 unseen hardware, get the additive discrepancy. The stages of one model are not independent

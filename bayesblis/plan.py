@@ -40,7 +40,7 @@ from bayesblis.constants import CI_PROB
 from bayesblis.discrepancy import NEW_CONFIGURATION, metric_widening, pass_probability
 from bayesblis.errors import BayesBlisError, UnseenLevelError
 from bayesblis.simulate.results import (METRICS, Draws, per_draw_metrics, saturated_share,
-                                        summarize, summarize_metric)
+                                        summarize_metric)
 from bayesblis.simulate.scenario import VLLM_KEYS
 from bayesblis.simulate.workload import Workload, sample_tokens
 
