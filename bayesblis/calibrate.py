@@ -22,10 +22,15 @@ posterior is the prior: no refit of the hierarchy, seconds instead of minutes.
    alpha``, same relative scale `relative_scale`, same Student-t `student_t_logp`), over
    the new configurations only, without run factors (the calibration runs share the
    configuration's coefficients).
-3. **Fit.** nutpie NUTS on the JAX backend (compiles in seconds), non-centred
-   ``theta = m + chol(S) z``; ``laplace=True`` in the sampler settings preconditions it at
-   the posterior mode (`bayesblis.model.laplace`; slower on these small models). With no
-   calibration data, exact draws from the prior (the population-level prediction).
+3. **Fit.** nutpie NUTS on the JAX backend (compiles in seconds), non-centred in the
+   group-sum coordinates: each PROPORTIONAL_GROUPS group the configuration's data see is
+   described by its log sum ``log sum_k ref_k beta_k`` and log ratios (`to_sum_coordinates`;
+   ``ref``: the configuration's summed features), ``u = m_u + chol(S_u) z`` with the moments
+   of the prior draws in those coordinates: the data pin the sum, a curved ridge in log
+   coefficients (tree depth 6-7) and an axis here. ``laplace=True`` in the sampler settings
+   preconditions it at the posterior mode (`bayesblis.model.laplace`; faster but unreliable
+   here, see `DEFAULT_SAMPLER`). With no calibration data, exact draws from the prior (the
+   population-level prediction).
 4. **Output.** A posterior file `coefficients`, `simulate` and `plan` read like a fit:
    ``beta``/``alpha`` over the calibrated configurations, ``sigma_step``, ``nu``, and
    ``tau_run`` resampled from the parent (a simulated new run still draws a run factor);
@@ -67,10 +72,15 @@ MIN_NOISE_LOG_SD = 0.3
 deployment's noise may differ from the fleet's more than the fleet's posterior says."""
 
 DEFAULT_SAMPLER = {"draws": 1000, "tune": 300, "chains": 2, "target_accept": 0.95, "seed": 1,
-                   "max_treedepth": 10, "laplace": True}
-"""Laplace-preconditioned NUTS (`model.laplace`): on a Llama-2-70B calibration of 238
-client windows, 500 + 300 draws without it took 79 s (mean tree depth 7.4, bulk ESS 240);
-with it 1,000 + 300 draws took 49 s (depth 5.9, ESS 300; r_hat 1.017 against 1.007)."""
+                   "max_treedepth": 10, "laplace": False}
+"""NUTS in the group-sum coordinates (`to_sum_coordinates`) with nutpie's diagonal mass
+matrix. Llama-2-70B held out, calibrated on 300 s of one run (203 client windows), sampler
+seeds 1 / 2 / 3: 39 / 44 / 42 s, mean tree depth 5.6-5.8, bulk ESS 255 / 168 / 115, r_hat
+1.010 / 1.023 / 1.011, no divergences; in log-coefficient coordinates with Laplace
+preconditioning (the default until session 24) 68 / 72 / 63 s, depth 6.3-6.5, ESS 218 / 224
+/ 69, r_hat 1.008 / 1.016 / 1.026. Laplace or a low-rank mass matrix in the sum coordinates
+were 3x faster but unreliable (r_hat up to 1.43, divergences in the prior-dominated tail;
+docs/measurements.md, session 24)."""
 
 CALIBRATION_ATTR = "bayesblis_calibration_of"
 """Posterior-group attribute of a calibrated file: the parent posterior's path."""
@@ -258,15 +268,65 @@ def population_prior(parent, row: dict, *, n_draws: int = PRIOR_DRAWS, seed: int
         if cd.seen_config:  # its own posterior draws: nothing fresh to repeat
             break
     draws = np.vstack(parts)
-    mean = draws.mean(axis=0)
-    cov = np.atleast_2d(np.cov(draws, rowvar=False))
-    cov = (1 - COV_SHRINK) * cov + COV_SHRINK * np.diag(np.diag(cov))
-    cov[np.diag_indices_from(cov)] += COV_JITTER
+    mean, cov = _moments(draws)
     floor_all = np.concatenate([floor_beta, floor("beta", list(extra_beta)), floor_alpha,
                                 floor("alpha", list(extra_alpha))])
     return {"mean": mean, "cov": cov, "draws": draws, "floor": floor_all,
             "sigma_step": np.concatenate(sigmas),
             "seen_config": bool(cd.seen_config), "unseen_levels": dict(cd.unseen_levels)}
+
+
+def _moments(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and regularised covariance (`COV_SHRINK`, `COV_JITTER`) of draws [S, K]."""
+    mean = draws.mean(axis=0)
+    cov = np.atleast_2d(np.cov(draws, rowvar=False))
+    cov = (1 - COV_SHRINK) * cov + COV_SHRINK * np.diag(np.diag(cov))
+    cov[np.diag_indices_from(cov)] += COV_JITTER
+    return mean, cov
+
+
+def sum_groups(beta_f: list, reference: np.ndarray, floor: np.ndarray) -> list[np.ndarray]:
+    """Per PROPORTIONAL_GROUPS group, the indices of its members that this configuration's
+    data see (`reference` > 0: the configuration's summed feature values) and that have no
+    floor; only groups of two or more."""
+    from bayesblis.model.priors import PROPORTIONAL_GROUPS
+
+    out = []
+    for members in PROPORTIONAL_GROUPS.values():
+        idx = np.array([j for j, f in enumerate(beta_f)
+                        if f in members and reference[j] > 0 and floor[j] == 0], np.int64)
+        if len(idx) >= 2:
+            out.append(idx)
+    return out
+
+
+def to_sum_coordinates(theta: np.ndarray, groups, reference: np.ndarray) -> np.ndarray:
+    """Log coefficients [S, K] -> the same with each group's members replaced by the log of
+    the group's sum ``log sum_k ref_k beta_k`` (first member's slot) and the log ratios
+    ``log(ref_j beta_j / ref_0 beta_0)`` (the others'): the configuration's data pin the
+    sum, a curved ridge in theta (chains crawled along it: tree depth 6-7), a coordinate
+    axis here. Members have floor 0 (`sum_groups`)."""
+    from scipy.special import logsumexp
+
+    u = np.array(theta, float, copy=True)
+    for idx in groups:
+        a = theta[:, idx] + np.log(reference[idx])
+        u[:, idx[0]] = logsumexp(a, axis=1)
+        u[:, idx[1:]] = a[:, 1:] - a[:, :1]
+    return u
+
+
+def from_sum_coordinates(u, groups, reference: np.ndarray):
+    """The inverse of `to_sum_coordinates` for one configuration's vector (pytensor)."""
+    import pytensor.tensor as pt
+
+    theta = u = pt.as_tensor_variable(u)
+    for idx in groups:
+        w = u[idx[1:]]
+        a0 = u[idx[0]] - pt.log1p(pt.sum(pt.exp(w)))
+        a = pt.concatenate([pt.stack([a0]), a0 + w])
+        theta = pt.set_subtensor(theta[idx], a - np.log(reference[idx]))
+    return theta
 
 
 def _lognormal(draws, floor: float = MIN_NOISE_LOG_SD) -> tuple[float, float]:
@@ -312,12 +372,16 @@ def build_calibration_model(parent, configs: pd.DataFrame, obs: pd.DataFrame,
               DIM_OBS: np.arange(len(obs))}
     with pm.Model(coords=coords) as model:
         thetas = []
-        for c, prior in enumerate(priors):
-            z = pm.Normal(f"calib_z_{c}", 0.0, 1.0, dims="coefficient")
-            chol = np.linalg.cholesky(prior["cov"])
-            thetas.append(prior["mean"] + pt.dot(chol, z))
-        theta = pt.stack(thetas)
         floor = priors[0]["floor"]
+        for c, prior in enumerate(priors):
+            reference = np.abs(X[bounds[c]:bounds[c + 1]]).sum(axis=0)
+            groups = sum_groups(beta_f, reference, floor)
+            mean, cov = _moments(to_sum_coordinates(prior["draws"], groups, reference)) \
+                if groups else (prior["mean"], prior["cov"])
+            z = pm.Normal(f"calib_z_{c}", 0.0, 1.0, dims="coefficient")
+            u = mean + pt.dot(np.linalg.cholesky(cov), z)
+            thetas.append(from_sum_coordinates(u, groups, reference))
+        theta = pt.stack(thetas)
         beta = pm.Deterministic("beta", tie_columns(floor[:n_beta] + pt.exp(theta[:, :n_beta]),
                                                     beta_f), dims=(DIM_CONFIG, DIM_FEATURE))
         alpha = pm.Deterministic("alpha", floor[n_beta:] + pt.exp(theta[:, n_beta:]),

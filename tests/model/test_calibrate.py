@@ -194,3 +194,30 @@ def test_cli_calibrates_on_inference_perf_and_coefficients_read_it(population, t
     r = runner.invoke(cli, ["coefficients", str(tmp_path / "prior.nc"), "--model", "llama-2-7b",
                             "--hardware", "H100", "--out", str(tmp_path / "p.json")])
     assert r.exit_code == 0, r.output
+
+
+def test_sum_coordinates_are_a_bijection_whose_sum_axis_is_what_the_data_pin():
+    """Each proportional group the configuration's data see becomes (log of its weighted
+    sum, log ratios); unseen members (reference 0), floored ones and the other coefficients
+    keep their log coefficients; the inverse (pytensor, in the model) gives theta back."""
+    from bayesblis.calibrate import from_sum_coordinates, sum_groups, to_sum_coordinates
+    from bayesblis.model.priors import PROPORTIONAL_GROUPS
+
+    beta_f = ["prefill_compute_s", "weight_traffic_s", "kv_traffic_s", "kv_token_layer_s",
+              "tp_sync_s", "layer_overhead_s", "step_overhead_s"]
+    reference = np.array([3.0, 2.0, 0.5, 4.0, 0.0, 1.5, 0.25])   # tp_sync_s unseen (TP 1)
+    floor = np.array([1.0, 0, 0, 0, 0, 0, 0])
+    groups = sum_groups(beta_f, reference, floor)
+    assert [[beta_f[j] for j in g] for g in groups] == [
+        ["weight_traffic_s", "layer_overhead_s", "step_overhead_s"],
+        ["kv_traffic_s", "kv_token_layer_s"]]
+    assert all(set(beta_f[j] for j in g) <= set(m) for g, m in
+               zip(groups, PROPORTIONAL_GROUPS.values()))
+    theta = np.random.default_rng(0).normal(0.0, 1.0, (5, len(beta_f)))
+    u = to_sum_coordinates(theta, groups, reference)
+    step = groups[0]
+    assert u[:, step[0]] == pytest.approx(np.log((reference[step] * np.exp(theta[:, step])).sum(1)))
+    kept = [0, 4]                                   # compute and the unseen member unchanged
+    assert u[:, kept] == pytest.approx(theta[:, kept])
+    for row_u, row_theta in zip(u, theta):
+        assert from_sum_coordinates(row_u, groups, reference).eval() == pytest.approx(row_theta)
