@@ -6,10 +6,13 @@ validate --holdout model`), then for each request budget N calibrate that popula
 posterior (`bayesblis.calibrate`) on the first N requests after the warm-up
 (`client_windows.WARMUP_S`) of the model's first run (by name) and simulate the model's
 other runs with the calibrated draws (`validate`'s replay, comparison and summary). N = 0 is the population-level prediction (the plain
-leave-one-model-out answer). Coverage is reported twice: with the posterior's own
-intervals, and with intervals widened by the simulator discrepancy as `bayesblis validate`
-does (`validate.cross_fold_discrepancy`: per budget, each held-out model's discrepancy is
-calibrated on the other models' calibrated-prediction errors).
+leave-one-model-out answer). Coverage is reported three times: with the posterior's own
+intervals; widened by the simulator discrepancy as `bayesblis validate` does
+(`validate.cross_fold_discrepancy`: per budget, each held-out model's discrepancy is
+calibrated on the other models' calibrated-prediction errors); and widened by the
+discrepancy `simulate` and `plan` give a new run of a fitted (here: calibrated)
+configuration, measured held out by experiment on the other models' runs only
+(`--experiment-report`, `new_run_discrepancy`).
 
 Targets: held-out E2E-mean |error| <= 4% (median over normal-load stages), TTFT <= 8%,
 90% interval coverage 80-95%, calibration wall <= 60 s.
@@ -58,6 +61,9 @@ def main(argv=None):
                          "150 for the population-level N = 0, 30 once calibrated)")
     ap.add_argument("--max-duration-s", type=float, default=None)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--experiment-report",
+                    default=str(ROOT / "benchmarks/results/validate-experiment.json"),
+                    help="`validate_real.sh experiment` report: the new-run discrepancy")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/calibration_curve.json"))
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
@@ -122,6 +128,7 @@ def main(argv=None):
                                             "n_normal_stages")}}
             rows.append(row)
             print(json.dumps(row), flush=True)
+    new_run_sd = new_run_discrepancy(args.experiment_report, models)
     overall = []
     for budget in budgets:
         if not records[budget]:
@@ -134,12 +141,17 @@ def main(argv=None):
                        for r in compare(p["source"], p["result"], fold=p["fold"], holdout="model",
                                         discrepancy=calibrated[p["fold"]], seed=args.seed)]
             widened_coverage = summarize(widened, "model").get("coverage_90")
+        new_run = [r for p in predictions[budget]
+                   for r in compare(p["source"], p["result"], fold=p["fold"], holdout="model",
+                                    discrepancy=new_run_sd[p["fold"]], seed=args.seed)]
+        new_run_coverage = summarize(new_run, "model").get("coverage_90")
         walls = [r["calibration_wall_s"] for r in rows if r["requests"] == budget]
         overall.append({"requests": budget, "e2e_mean_err": s.get("median_abs_pct_error_e2e_mean"),
                         "ttft_mean_err": s.get("median_abs_pct_error_ttft_mean"),
                         "itl_mean_err": s.get("median_abs_pct_error_itl_mean"),
                         "coverage_90": s.get("coverage_90"),
                         "coverage_90_widened": widened_coverage,
+                        "coverage_90_new_run_discrepancy": new_run_coverage,
                         "calibration_wall_s_max": max(walls),
                         "calibration_wall_s_median": float(np.median(walls)),
                         "n_normal_stages": s["n_normal_stages"]})
@@ -148,6 +160,25 @@ def main(argv=None):
     Path(args.out).write_text(json.dumps({"per_fold": rows, "overall": overall,
                                           "args": vars(args)}, indent=1, default=str))
     print(f"wrote {args.out}")
+
+
+def new_run_discrepancy(report_path, models) -> dict:
+    """{model: {metric: {"sd", ...}}}: the discrepancy `simulate` gives a new run of a fitted
+    configuration (a calibrated one is fitted), measured held out by experiment
+    (`validate_real.sh experiment`'s report) on the *other* models' runs only."""
+    from bayesblis.discrepancy import discrepancy_sd
+    from bayesblis.validate import METRICS
+
+    records = json.loads(Path(report_path).read_text())["records"]
+    posterior_only = []
+    for r in records:   # the posterior's own intervals, as the discrepancy is computed on
+        rec = dict(r)
+        for m in METRICS.values():
+            if f"model_pred_{m}_lo" in r:
+                rec[f"pred_{m}_lo"], rec[f"pred_{m}_hi"] = r[f"model_pred_{m}_lo"], r[f"model_pred_{m}_hi"]
+        posterior_only.append(rec)
+    return {held: discrepancy_sd([r for r in posterior_only if held not in r["experiment"]],
+                                 METRICS.values()) for held in models}
 
 
 def budget_kwargs(budget: str) -> dict:
@@ -168,12 +199,13 @@ def calib_requests(source, budget: str):
 
 def format_table(overall) -> str:
     pct = lambda v: f"{v * 100:.0f}%" if v is not None else "n/a"  # noqa: E731
-    lines = ["requests  E2E-mean err  TTFT err  ITL err  coverage90  widened  calib wall (median, max)",
-             "--------  ------------  --------  -------  ----------  -------  ------------------------"]
+    lines = ["requests  E2E-mean err  TTFT err  ITL err  coverage90  widened  new-run sd  calib wall (median, max)",
+             "--------  ------------  --------  -------  ----------  -------  ----------  ------------------------"]
     for r in overall:
         lines.append(f"{r['requests']:>8}  {r['e2e_mean_err']:>11.1f}%  {r['ttft_mean_err']:>7.1f}%"
                      f"  {r['itl_mean_err']:>6.1f}%  {pct(r['coverage_90']):>10}"
                      f"  {pct(r.get('coverage_90_widened')):>7}"
+                     f"  {pct(r.get('coverage_90_new_run_discrepancy')):>10}"
                      f"  {r.get('calibration_wall_s_median', float('nan')):>9.1f} s, "
                      f"{r['calibration_wall_s_max']:.1f} s")
     return "\n".join(lines)
