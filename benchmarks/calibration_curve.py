@@ -128,7 +128,8 @@ def main(argv=None):
                                             "n_normal_stages")}}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    new_run_sd = new_run_discrepancy(args.experiment_report, models)
+    model_of = {s.name: source_model(s, args.hardware) for s in sources}
+    new_run_sd = new_run_discrepancy(args.experiment_report, models, model_of)
     overall = []
     for budget in budgets:
         if not records[budget]:
@@ -162,10 +163,11 @@ def main(argv=None):
     print(f"wrote {args.out}")
 
 
-def new_run_discrepancy(report_path, models) -> dict:
+def new_run_discrepancy(report_path, models, model_of: dict) -> dict:
     """{model: {metric: {"sd", ...}}}: the discrepancy `simulate` gives a new run of a fitted
     configuration (a calibrated one is fitted), measured held out by experiment
-    (`validate_real.sh experiment`'s report) on the *other* models' runs only."""
+    (`validate_real.sh experiment`'s report) on the *other* models' runs only (`model_of`:
+    experiment name -> model)."""
     from bayesblis.discrepancy import discrepancy_sd
     from bayesblis.validate import METRICS
 
@@ -177,7 +179,7 @@ def new_run_discrepancy(report_path, models) -> dict:
             if f"model_pred_{m}_lo" in r:
                 rec[f"pred_{m}_lo"], rec[f"pred_{m}_hi"] = r[f"model_pred_{m}_lo"], r[f"model_pred_{m}_hi"]
         posterior_only.append(rec)
-    return {held: discrepancy_sd([r for r in posterior_only if held not in r["experiment"]],
+    return {held: discrepancy_sd([r for r in posterior_only if model_of[r["experiment"]] != held],
                                  METRICS.values()) for held in models}
 
 
