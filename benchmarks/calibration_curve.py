@@ -18,7 +18,7 @@ Targets: held-out E2E-mean |error| <= 4% (median over normal-load stages), TTFT 
 90% interval coverage 80-95%, calibration wall <= 60 s.
 
 Usage:
-    python3 benchmarks/calibration_curve.py [--data DIR] [--budgets 0,50,200,1000,60s,300s]
+    python3 benchmarks/calibration_curve.py [--data DIR] [--budgets 0,50,200,1000,60s,300s,all]
         [--models llama-2-7b,...] [--out benchmarks/results/calibration_curve.json]
 """
 
@@ -51,7 +51,7 @@ def main(argv=None):
     ap.add_argument("--data", default=str(ROOT.parent / "shared/data/real/h100-inference-perf"))
     ap.add_argument("--hardware", default="H100")
     ap.add_argument("--budgets", default="0,50,200,1000",
-                    help="requests after the warm-up (N), or seconds of traffic (Ns)")
+                    help="requests after the warm-up (N), seconds of traffic (Ns), or 'all'")
     ap.add_argument("--models", default=None, help="held-out models (default: all)")
     ap.add_argument("--fit-draws", type=int, default=300)
     ap.add_argument("--fit-tune", type=int, default=300)
@@ -184,7 +184,10 @@ def new_run_discrepancy(report_path, models, model_of: dict) -> dict:
 
 
 def budget_kwargs(budget: str) -> dict:
-    """`calibration_data` keywords of a budget: "200" requests or "300s" of traffic."""
+    """`calibration_data` keywords of a budget: "200" requests, "300s" of traffic, or "all"
+    (the whole run after the warm-up: every load level it has)."""
+    if budget == "all":
+        return {}
     if budget.endswith("s"):
         return {"first_seconds": float(budget[:-1])}
     return {"max_requests": int(budget)}
