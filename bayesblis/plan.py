@@ -684,6 +684,13 @@ def run_plan(scenario, posterior, slos: list[SLO], option_settings: list[dict] |
     }
 
 
+def never_fitted_options(plan: dict) -> list[str]:
+    """Labels of a PLAN.json's options whose draws' spread the discrepancy scaled (a
+    configuration the posterior never fitted, `Discrepancy.for_configuration`)."""
+    return [o.get("label", "?") for o in plan["options"]
+            if (o.get("coefficients") or {}).get("discrepancy_rule") == NEW_CONFIGURATION]
+
+
 def format_plan(plan: dict) -> str:
     """The table the CLI prints: one row per option, then each option's probability curve
     (per evaluated rate: P(all SLOs), share of saturating draws, SLO metrics' median and mean)."""
@@ -712,8 +719,7 @@ def format_plan(plan: dict) -> str:
                  + (f"each draw's pass probability includes the simulator discrepancy, "
                     f"{disc['source']}" if disc else "posterior draws only, no simulator "
                     "discrepancy") + ")")
-    never_fitted = [o["label"] for o in plan["options"]
-                    if (o.get("coefficients") or {}).get("discrepancy_rule") == NEW_CONFIGURATION]
+    never_fitted = never_fitted_options(plan)
     if never_fitted:
         lines.append(f"never fitted ({', '.join(never_fitted)}): the draws' spread about their "
                      f"median is scaled as measured held out by model, not widened")

@@ -101,6 +101,7 @@ def _write_traces(sc, d, deployment, trace_dir, seed, max_duration_s):
 def format_summary(result: dict) -> str:
     """Compact text table: one row per metric, summary then per stage: the median over draws
     [interval] and the mean; then the share of draws that saturate each stage."""
+    from bayesblis.discrepancy import NEW_CONFIGURATION
     from bayesblis.simulate.results import METRICS, SATURATION_LAG_GROWTH
 
     blocks = [("all", result["summary"])] + [(f"stage {s['stage']}", s) for s in result["stages"]]
@@ -110,8 +111,9 @@ def format_summary(result: dict) -> str:
     ci = int(round(result["metadata"].get("ci_prob", 0.9) * 100))
     head = f"{'metric':<26}" + "".join(f"{name:>{width}}" for name, _ in blocks)
     disc = result["metadata"].get("discrepancy")
+    never_fitted = bool(disc) and disc.get("applies") == NEW_CONFIGURATION
     kind = (f"{ci}% prediction interval: draws' spread x scale (configuration never fitted)"
-            if disc and disc.get("scale") else
+            if never_fitted else
             f"{ci}% prediction interval: draws x simulator discrepancy" if disc
             else f"{ci}% interval of the posterior draws")
     lines = [f"median over draws [{kind}] and mean (a few saturated draws inflate the mean)",
@@ -136,7 +138,7 @@ def format_summary(result: dict) -> str:
     lines.append(f"requests {c['n_requests']}  dropped {c['n_dropped']}  "
                  f"excluded (errors) {c['n_excluded_errors']}  preemptions (mean) "
                  f"{(c['n_preemptions'] or {}).get('mean') or 0:.0f}  draws {result['metadata']['draws']}")
-    if disc and disc.get("scale"):
+    if never_fitted:
         scaled = ", ".join(f"{m} x{disc['scale'][m]:.2f}" for m in METRICS if m in disc["scale"])
         lines.append(f"a configuration the posterior never fitted: its spread about the median "
                      f"is scaled as measured held out by model ({disc['scale_source']}): "

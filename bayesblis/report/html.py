@@ -120,7 +120,7 @@ def read_plan(path) -> dict:
 
 
 def plan_section(plan: dict) -> str:
-    from bayesblis.discrepancy import NEW_CONFIGURATION
+    from bayesblis.plan import never_fitted_options
     from bayesblis.report.figures import fig_plan
 
     parts = []
@@ -136,8 +136,7 @@ def plan_section(plan: dict) -> str:
                      + (f"posterior draws and the simulator discrepancy, {_e(disc.get('source', ''))}"
                         if disc else "posterior draws only, without the simulator discrepancy")
                      + ").</p>")
-        never_fitted = [o.get("label", "?") for o in plan["options"]
-                        if (o.get("coefficients") or {}).get("discrepancy_rule") == NEW_CONFIGURATION]
+        never_fitted = never_fitted_options(plan)
         if never_fitted:
             parts.append(f"<p>Never fitted ({_e(', '.join(never_fitted))}): each draw's spread "
                          f"about the median is scaled as measured held out by model, not "
