@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bayesblis.constants import CI_PROB, DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEATURE
+from bayesblis.discrepancy import fitted_load
 from bayesblis.errors import UnseenLevelError
 from bayesblis.model.data import config_key, config_row, tp_of
 from bayesblis.model.hierarchy import LEVELS
@@ -45,6 +46,7 @@ class CoefficientDraws:
     unseen_levels: dict = field(default_factory=dict)  # level -> value never fitted
     seen_config: bool = True
     weight_stream_factor: float = 1.0  # the deployment's (features.physics.Deployment)
+    fitted_load: float | None = None  # requests in flight its windows held (discrepancy.fitted_load)
 
     @property
     def n_draws(self) -> int:
@@ -63,7 +65,8 @@ class CoefficientDraws:
                                 self.beta.mean(0, keepdims=True), self.alpha.mean(0, keepdims=True),
                                 np.array([np.mean(self.noise_sigma)]),
                                 np.array([np.median(self.noise_nu)]),
-                                self.unseen_levels, self.seen_config, self.weight_stream_factor)
+                                self.unseen_levels, self.seen_config, self.weight_stream_factor,
+                                self.fitted_load)
 
 
 def _stacked(post, name):
@@ -123,6 +126,8 @@ def coefficient_draws(posterior, *, model: str, model_family: str, arch: str, ha
         beta, alpha = beta * factor[:, None], alpha * factor[:, None]
     draws = CoefficientDraws(key, list(posterior.beta_features), list(posterior.alpha_features),
                              beta, alpha, sigma, nu, unseen, seen_config=row is not None)
+    if row is not None and getattr(posterior, "data", None) is not None:
+        draws.fitted_load = fitted_load(posterior.data.obs, key)
     if n_draws is not None and n_draws < n_total:
         pick = np.sort(rng.choice(n_total, n_draws, replace=False))
         draws.beta, draws.alpha = draws.beta[pick], draws.alpha[pick]

@@ -65,6 +65,21 @@ unseen hardware, get the additive discrepancy. The stages of one model are not i
 (4 models held out here), which the quantile's guarantee assumes: docs/accuracy.md reports
 what it gives held out.
 
+**Beyond the load a configuration was fitted at** (a rate whose requests in flight exceed
+what its traced windows held) the step features are extrapolated, and held out by
+experiment the errors grew with the distance: the `general` 20 req/s stages, 1.9-2.9x the
+largest batch of their configuration's other runs, missed by 1-20% where every other stage
+was within 5%. So a new run of a fitted configuration also gets an extrapolation term::
+
+    x        = max(0, log(in flight / fitted load))     (`load_excess`; in flight: rate x
+                                                         predicted median E2E, Little's law;
+                                                         fitted load: `fitted_load`)
+    slope    = the k-th smallest |d| / x over held-out stages with x > 0   (as `spread_scale`)
+    sd(x)    = sqrt(sd^2 + (slope x / z)^2)      (sd: from the stages with x = 0 only)
+
+so the extrapolation alone makes the `ci_prob` interval ``exp(+-slope x)`` wide. Measured
+on only four extrapolated stages in the shared runs: docs/accuracy.md states what it gives.
+
 The predicted point is the predictive **median** over draws, the point `bayesblis.validate`
 scores (`validate.POINT_PREDICTION`): the discrepancy is then the spread of exactly the
 errors reported, and it is multiplicative about the median, as the widening is (the median
@@ -78,6 +93,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+
+from bayesblis.constants import CI_PROB
 
 WIDEN_SAMPLES = 50
 """Discrepancy samples per posterior draw (interval quantiles of the mixture)."""
@@ -97,14 +114,16 @@ def quantile_sd(log_ratios, ci_prob: float = 0.9) -> float:
 
 def discrepancy_sd(records: list[dict], metrics, ci_prob: float = 0.9) -> dict:
     """{metric: {"sd", "sd_observed", "sd_posterior", "n_stages"}} from validation-style
-    records of held-out predictions (normal-load stages only): ``measured_<m>``, ``pred_<m>`` (the
-    predictive median) and ``pred_<m>_lo/hi`` (its `ci_prob` interval)."""
+    records of held-out predictions (normal-load stages within their fitted load, the others
+    set `extrapolation_slope`): ``measured_<m>``, ``pred_<m>`` (the predictive median) and
+    ``pred_<m>_lo/hi`` (its `ci_prob` interval)."""
     from scipy.stats import norm
 
     z = norm.ppf((1 + ci_prob) / 2)
     out = {}
     for metric in metrics:
-        rows = [r for r in records if not r["overloaded"] and r.get(f"pred_{metric}", 0) > 0
+        rows = [r for r in records if not r["overloaded"] and r.get("load_excess", 0) <= 0
+                and r.get(f"pred_{metric}", 0) > 0
                 and r[f"measured_{metric}"] > 0 and r.get(f"pred_{metric}_lo", 0) > 0]
         d = [np.log(r[f"measured_{metric}"] / r[f"pred_{metric}"]) for r in rows]
         spread = [np.log(r[f"pred_{metric}_hi"] / r[f"pred_{metric}_lo"]) / (2 * z) for r in rows]
@@ -148,6 +167,67 @@ def spread_score(measured: float, median: float, lo: float, hi: float) -> float:
     return float(np.log(measured / median) / np.log(hi / median))
 
 
+LOAD_QUANTILE = 0.95
+"""`fitted_load` is this quantile of a configuration's per-window mean batch: the load its
+busiest traced windows held, robust to a few outliers."""
+
+
+def window_batch(obs) -> np.ndarray:
+    """Mean requests per engine step of each observation row of an observation table
+    (`f_request_overhead_s` is 1 us per request per step; NaN for rows without steps and
+    for operator profiles, which are no engine steps)."""
+    steps = obs["n_steps"].to_numpy(float)
+    ok = (steps > 0) & (obs["kind"].astype(str) != "operator_profile").to_numpy()
+    batch = np.full(len(obs), np.nan)
+    if "f_request_overhead_s" in obs:
+        per_request_s = 1e-6
+        batch[ok] = obs["f_request_overhead_s"].to_numpy(float)[ok] / (steps[ok] * per_request_s)
+    return batch
+
+
+def fitted_load(obs, config: str) -> float | None:
+    """Requests in flight a fit saw for `config`: the LOAD_QUANTILE quantile of its windows'
+    mean batch (`window_batch`); None when the table has no window of it."""
+    if obs is None or not len(obs):
+        return None
+    batch = window_batch(obs)[(obs["config"].astype(str) == config).to_numpy()]
+    batch = batch[np.isfinite(batch) & (batch > 0)]
+    return float(np.quantile(batch, LOAD_QUANTILE)) if len(batch) else None
+
+
+def in_flight(rate_rps, e2e_s) -> float | None:
+    """Requests in flight at a stage, by Little's law: arrival rate x mean E2E."""
+    if rate_rps is None or e2e_s is None or not (rate_rps > 0 and e2e_s > 0):
+        return None
+    return float(rate_rps * e2e_s)
+
+
+def load_excess(stage_load: float | None, fitted: float | None) -> float:
+    """log(stage load / fitted load) where the stage exceeds it, else 0 (also when either
+    is unknown)."""
+    if not stage_load or not fitted:
+        return 0.0
+    return float(max(0.0, np.log(stage_load / fitted)))
+
+
+def extrapolation_slope(records: list[dict], metrics, ci_prob: float = 0.9) -> dict:
+    """{metric: {"slope", "n_stages"}} from validation-style records of held-out predictions
+    of fitted configurations (``seen_config``) with a ``load_excess`` x > 0: the conformal
+    quantile (as `spread_scale`) of |log(measured / median)| / x."""
+    out = {}
+    for metric in metrics:
+        rows = [r for r in records if not r["overloaded"] and r.get("seen_config", True)
+                and r.get("load_excess", 0) > 0 and r.get(f"pred_{metric}", 0) > 0
+                and r[f"measured_{metric}"] > 0]
+        if not rows:
+            continue
+        scores = np.sort([abs(np.log(r[f"measured_{metric}"] / r[f"pred_{metric}"]))
+                          / r["load_excess"] for r in rows])
+        k = min(len(scores), int(np.ceil((len(scores) + 1) * ci_prob)))
+        out[metric] = {"slope": float(scores[k - 1]), "n_stages": len(rows)}
+    return out
+
+
 def scaled_spread(draws, scale: float) -> np.ndarray:
     """``median * (x / median) ** scale`` of the finite positive draws (the others as they
     are): the predictive's log spread about its median times `scale`."""
@@ -187,7 +267,9 @@ class Discrepancy:
     held out by experiment), and the scale of the posterior's own spread for a configuration
     never fitted on seen hardware (`scale`, measured held out by model; empty if unknown).
     `source`, `holdout`: where `sd` was measured; `scale_source`: where `scale` was;
-    `applies`: after `for_configuration`, which rule this deployment gets."""
+    `slope`: the extrapolation slope per metric (held out by experiment, beyond the fitted
+    load); `applies`, `fitted_load`: after `for_configuration`, which rule this deployment
+    gets and the requests in flight its configuration was fitted at (None: unknown)."""
 
     sd: dict = field(default_factory=dict)
     source: str = ""
@@ -195,26 +277,39 @@ class Discrepancy:
     scale: dict = field(default_factory=dict)
     scale_source: str = ""
     applies: str = ""
+    slope: dict = field(default_factory=dict)
+    fitted_load: float | None = None
 
     def for_metric(self, metric: str) -> float:
         """The metric's sd; 0 for a metric no validation calibrated (posterior-only)."""
         return float(self.sd.get(metric, 0.0))
 
-    def widening(self, metric: str) -> tuple[float, float]:
+    def widening(self, metric: str, stage_load: float | None = None) -> tuple[float, float]:
         """(sd, scale) of `metric`: (0, 1) leaves its draws as they are. The scale only once
-        `for_configuration` has found a configuration never fitted."""
+        `for_configuration` has found a configuration never fitted; the extrapolation term
+        (module docstring) once it has a fitted configuration's `fitted_load` and the
+        caller the stage's requests in flight (`stage_load`)."""
         scale = self.scale.get(metric, 1.0) if self.applies == NEW_CONFIGURATION else 1.0
-        return self.for_metric(metric), float(scale)
+        sd = self.for_metric(metric)
+        excess = load_excess(stage_load, self.fitted_load)
+        if excess > 0 and metric in self.slope:
+            from scipy.stats import norm
 
-    def for_configuration(self, seen_config: bool, unseen_levels: dict | None = None) \
-            -> "Discrepancy":
+            extra = self.slope[metric] * excess / norm.ppf((1 + CI_PROB) / 2)
+            sd = float(np.hypot(sd, extra))
+        return sd, float(scale)
+
+    def for_configuration(self, seen_config: bool, unseen_levels: dict | None = None,
+                          fitted_load: float | None = None) -> "Discrepancy":
         """The rule for one deployment's draws (`coefficients.CoefficientDraws`' fields): a
         configuration never fitted, on hardware the fit has seen, gets the scale of its
-        posterior spread (and the sd only for metrics without a scale); any other the sd."""
+        posterior spread (and the sd only for metrics without a scale); any other the sd,
+        growing beyond its `fitted_load` (`widening`)."""
         if seen_config or "hardware" in (unseen_levels or {}) or not self.scale:
-            return replace(self, scale={}, applies=NEW_RUN)
+            return replace(self, scale={}, applies=NEW_RUN,
+                           fitted_load=fitted_load if seen_config else None)
         return replace(self, sd={m: v for m, v in self.sd.items() if m not in self.scale},
-                       applies=NEW_CONFIGURATION)
+                       applies=NEW_CONFIGURATION, fitted_load=None)
 
     def to_dict(self) -> dict:
         out = {"source": self.source, "holdout": self.holdout,
@@ -222,6 +317,10 @@ class Discrepancy:
         if self.scale:
             out["scale"] = {m: round(v, 6) for m, v in self.scale.items()}
             out["scale_source"] = self.scale_source
+        if self.slope:
+            out["extrapolation_slope"] = {m: round(v, 6) for m, v in self.slope.items()}
+        if self.fitted_load:
+            out["fitted_load"] = round(self.fitted_load, 3)
         if self.applies:
             out["applies"] = self.applies
         return out
@@ -232,9 +331,12 @@ NEW_CONFIGURATION = ("configuration never fitted, on fitted hardware: the poster
                      "spread about its median x scale")
 
 
-def metric_widening(discrepancy: Discrepancy | None, metric: str) -> tuple[float, float]:
-    """(sd, scale) that `discrepancy` gives `metric`; (0, 1) without a discrepancy."""
-    return discrepancy.widening(metric) if discrepancy is not None else (0.0, 1.0)
+def metric_widening(discrepancy: Discrepancy | None, metric: str,
+                    stage_load: float | None = None) -> tuple[float, float]:
+    """(sd, scale) that `discrepancy` gives `metric` at `stage_load` requests in flight;
+    (0, 1) without a discrepancy."""
+    return (discrepancy.widening(metric, stage_load) if discrepancy is not None
+            else (0.0, 1.0))
 
 
 def load_discrepancy(path=None) -> Discrepancy:
@@ -251,7 +353,7 @@ def load_discrepancy(path=None) -> Discrepancy:
         doc = doc["simulator_discrepancy"]
     if not isinstance(doc, dict) or not isinstance(doc.get("metrics"), dict) or not doc["metrics"]:
         raise InputError(path, "no per-metric discrepancy", field="metrics", expected=expected)
-    sd, scale = {}, {}
+    sd, scale, slope = {}, {}, {}
     for metric, entry in doc["metrics"].items():
         value = entry.get("sd") if isinstance(entry, dict) else None
         if not _is_number(value) or value < 0:
@@ -264,9 +366,16 @@ def load_discrepancy(path=None) -> Discrepancy:
                                  field=f"metrics.{metric}.scale",
                                  expected="a finite number > 0 (posterior spread multiplier)")
             scale[metric] = float(entry["scale"])
+        if "extrapolation_slope" in entry:
+            if not _is_number(entry["extrapolation_slope"]) or entry["extrapolation_slope"] < 0:
+                raise InputError(path, f"extrapolation_slope is {entry['extrapolation_slope']!r}",
+                                 field=f"metrics.{metric}.extrapolation_slope",
+                                 expected="a finite number >= 0 (log error per log load excess)")
+            slope[metric] = float(entry["extrapolation_slope"])
     return Discrepancy(sd=sd, source=str(doc.get("source") or path),
                        holdout=str(doc.get("holdout", "")), scale=scale,
-                       scale_source=str(doc.get("scale_source") or (path if scale else "")))
+                       scale_source=str(doc.get("scale_source") or (path if scale else "")),
+                       slope=slope)
 
 
 def _is_number(value) -> bool:

@@ -37,10 +37,11 @@ import numpy as np
 
 from bayesblis import __version__
 from bayesblis.constants import CI_PROB
-from bayesblis.discrepancy import NEW_CONFIGURATION, metric_widening, pass_probability
+from bayesblis.discrepancy import (NEW_CONFIGURATION, load_excess, metric_widening,
+                                   pass_probability)
 from bayesblis.errors import BayesBlisError, UnseenLevelError
-from bayesblis.simulate.results import (METRICS, Draws, per_draw_metrics, saturated_share,
-                                        summarize_metric)
+from bayesblis.simulate.results import (METRICS, Draws, per_draw_metrics, predicted_load,
+                                        saturated_share, summarize_metric)
 from bayesblis.simulate.scenario import VLLM_KEYS
 from bayesblis.simulate.workload import Workload, sample_tokens
 
@@ -93,10 +94,11 @@ class SLO:
         fails."""
         return self.pass_probability(values) > 0
 
-    def pass_probability(self, values, discrepancy=None) -> np.ndarray:
+    def pass_probability(self, values, discrepancy=None, stage_load=None) -> np.ndarray:
         """Per-draw probability of passing once the simulator discrepancy of this metric is
-        allowed for (`bayesblis.discrepancy.pass_probability`); 0/1 without one."""
-        sd, scale = metric_widening(discrepancy, self.result_metric)
+        allowed for at `stage_load` requests in flight
+        (`bayesblis.discrepancy.pass_probability`); 0/1 without one."""
+        sd, scale = metric_widening(discrepancy, self.result_metric, stage_load)
         return pass_probability(values, self.threshold_s, sd, inclusive=self.op == "<=",
                                 scale=scale)
 
@@ -484,13 +486,17 @@ def _evaluate(stream, duration_s, cfg, constants, draws, slos, seed, ci_prob, n_
             per.update(n_dropped=np.zeros(draws.n_draws, np.int64),
                        busy_fraction=np.zeros(draws.n_draws), n_steps=np.zeros(draws.n_draws, np.int64),
                        saturated=np.full(draws.n_draws, np.nan))
-        passes = {s.name: s.pass_probability(per[s.result_metric], discrepancy) for s in slos}
+        load = predicted_load(rate, per["e2e_mean_s"])
+        passes = {s.name: s.pass_probability(per[s.result_metric], discrepancy, load)
+                  for s in slos}
         all_ok = np.minimum.reduce(list(passes.values()))
         rec = {"rate_per_s": float(rate), "n_requests": int(len(w)),
                "p_all": float(all_ok.mean()),
                "p_slo": {k: float(v.mean()) for k, v in passes.items()},
                "saturated_share": saturated_share(per["saturated"]),
-               "metrics": {m: summarize_metric(per[m], m, discrepancy, ci_prob, seed)
+               "in_flight": load,
+               "load_excess": load_excess(load, discrepancy.fitted_load if discrepancy else None),
+               "metrics": {m: summarize_metric(per[m], m, discrepancy, ci_prob, seed, load)
                            for m in METRICS},
                "dropped_fraction": (float(np.mean(per["n_dropped"]) / len(w)) if len(w) else 0.0),
                "busy_fraction": _clean(np.mean(per["busy_fraction"]))}
@@ -581,6 +587,7 @@ def plan_option(task: dict) -> dict:
             "rate_per_s": float(capacity), "n_requests": rec["n_requests"],
             "p_all": rec["p_all"], "p_slo": dict(rec["p_slo"]),
             "saturated_share": rec["saturated_share"],
+            "in_flight": rec["in_flight"], "load_excess": rec["load_excess"],
             "tokens_per_s_per_gpu": tps,
             "prompt_tokens_per_s_per_gpu": capacity * in_tok / gpus,
             "mean_prompt_tokens": in_tok, "mean_output_tokens": out_tok,
@@ -618,7 +625,7 @@ def option_tasks(scenario, posterior, option_settings: list[dict], slos: list[SL
         except BayesBlisError as exc:   # e.g. tp not dividing the heads, model not fitting
             raise BayesBlisError(f"option {label}: {exc}") from None
         draws = Draws.from_coefficient_draws(cd, source=f"{posterior_source}")
-        rule = discrepancy.for_configuration(cd.seen_config, cd.unseen_levels) \
+        rule = discrepancy.for_configuration(cd.seen_config, cd.unseen_levels, cd.fitted_load) \
             if discrepancy else None
         tasks.append({"scenario": sc, "settings": settings, "draws": draws, "slos": list(slos),
                       "search": search, "n_workers": n_workers, "discrepancy": rule,
@@ -626,7 +633,8 @@ def option_tasks(scenario, posterior, option_settings: list[dict], slos: list[SL
                                        "seen_config": bool(cd.seen_config),
                                        "unseen_levels": {k: str(v) for k, v in cd.unseen_levels.items()},
                                        "n_draws": int(draws.n_draws),
-                                       "discrepancy_rule": rule.applies if rule else None}})
+                                       "discrepancy_rule": rule.applies if rule else None,
+                                       "fitted_load": cd.fitted_load}})
     return tasks
 
 
@@ -691,6 +699,19 @@ def never_fitted_options(plan: dict) -> list[str]:
             if (o.get("coefficients") or {}).get("discrepancy_rule") == NEW_CONFIGURATION]
 
 
+def extrapolated_options(plan: dict) -> list[str]:
+    """'label (N in flight, x.x the fitted load)' for each option of a PLAN.json whose
+    capacity lies beyond the load its configuration was fitted at (its SLO probability
+    there allows for the extrapolation, `Discrepancy.widening`)."""
+    out = []
+    for o in plan["options"]:
+        at = o.get("at_capacity") or {}
+        if at.get("load_excess", 0) > 0:
+            out.append(f"{o.get('label', '?')} ({at['in_flight']:.0f} in flight, "
+                       f"{math.exp(at['load_excess']):.1f}x the fitted load)")
+    return out
+
+
 def format_plan(plan: dict) -> str:
     """The table the CLI prints: one row per option, then each option's probability curve
     (per evaluated rate: P(all SLOs), share of saturating draws, SLO metrics' median and mean)."""
@@ -723,6 +744,10 @@ def format_plan(plan: dict) -> str:
     if never_fitted:
         lines.append(f"never fitted ({', '.join(never_fitted)}): the draws' spread about their "
                      f"median is scaled as measured held out by model, not widened")
+    beyond = extrapolated_options(plan)
+    if beyond:
+        lines.append(f"capacity beyond the traced load ({', '.join(beyond)}): the discrepancy "
+                     "grows with the extrapolation, so the capacity is stated less surely")
     lines.append("saturated: share of draws whose queue keeps growing (data_specs/plan.md)")
     if any(o["search"].get("n_curve_evaluations") for o in plan["options"]):
         lines.append("evaluations: search + extra --curve rates")

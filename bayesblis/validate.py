@@ -86,6 +86,7 @@ def predict_experiment(source, posterior, *, hardware, n_draws, seed, allow_unse
                           keep_draws=keep_draws)
     result["unseen_levels"] = cd.unseen_levels
     result["seen_config"] = bool(cd.seen_config)
+    result["fitted_load"] = cd.fitted_load
     return result
 
 
@@ -99,7 +100,8 @@ def compare(source, result, *, fold: str, holdout: str, discrepancy: dict | None
     discrepancy (a configuration the fit never saw: their spread scaled,
     `Discrepancy.for_configuration`); the model's own interval and its coverage are kept as
     ``model_pred_*`` and ``model_covered_*``."""
-    from bayesblis.discrepancy import Discrepancy, pass_probability, widened_interval
+    from bayesblis.discrepancy import (Discrepancy, in_flight, load_excess, pass_probability,
+                                       widened_interval)
     from bayesblis.io.inference_perf import correct_output_counts
 
     measured = source.tables["stage_measurements"].reset_index(drop=True)
@@ -107,9 +109,13 @@ def compare(source, result, *, fold: str, holdout: str, discrepancy: dict | None
     has_errors = bool(source.tables["requests"]["has_error"].any())
     overloaded = overloaded_stages(measured, has_errors)
     seen_config = bool(result.get("seen_config", True))
-    rule = Discrepancy(sd={m: e["sd"] for m, e in (discrepancy or {}).items()},
-                       scale={m: e["scale"] for m, e in (discrepancy or {}).items() if "scale" in e}
-                       ).for_configuration(seen_config, result.get("unseen_levels"))
+    entries = discrepancy or {}
+    rule = Discrepancy(sd={m: e["sd"] for m, e in entries.items()},
+                       scale={m: e["scale"] for m, e in entries.items() if "scale" in e},
+                       slope={m: e["extrapolation_slope"] for m, e in entries.items()
+                              if "extrapolation_slope" in e}
+                       ).for_configuration(seen_config, result.get("unseen_levels"),
+                                           result.get("fitted_load"))
     records = []
     for i, row in measured.iterrows():
         stage_pred = result["stages"][i] if i < len(result["stages"]) else None
@@ -117,6 +123,10 @@ def compare(source, result, *, fold: str, holdout: str, discrepancy: dict | None
                "rate_rps": float(row["rate_rps"]), "overloaded": bool(overloaded[i]),
                "saturated_share": stage_pred.get("saturated_share") if stage_pred else None,
                "unseen_levels": result.get("unseen_levels", {}), "seen_config": seen_config}
+        stage_load = in_flight(float(row["rate_rps"]),
+                               (stage_pred or {}).get("e2e_mean_s", {}).get("median"))
+        rec["load_in_flight"] = stage_load
+        rec["load_excess"] = load_excess(stage_load, rule.fitted_load)
         itl_scale = _itl_count_scale(corrected, int(row["stage"]))
         for measured_col, metric in METRICS.items():
             value = float(row[measured_col])
@@ -131,7 +141,7 @@ def compare(source, result, *, fold: str, holdout: str, discrepancy: dict | None
             if "per_draw_stages" in result:
                 draws = np.asarray(result["per_draw_stages"][i][metric], float)
                 draws = draws[np.isfinite(draws)] * (itl_scale if metric == "itl_mean_s" else 1.0)
-                sd, scale = rule.widening(metric)
+                sd, scale = rule.widening(metric, stage_load)
                 # PIT: the predictive probability of a value below the measured one (a plan's
                 # P(pass) at threshold = measured); uniform over stages when calibrated
                 rec[f"pit_{metric}"] = float(np.mean(pass_probability(draws, value, sd,
@@ -225,12 +235,17 @@ def _share_covered(flags: pd.DataFrame) -> float | None:
 
 def discrepancy_entries(records: list[dict]) -> dict:
     """{metric: {"sd", ..., and "scale", "n_stages_never_fitted" where records of
-    configurations never fitted allow}}: `discrepancy_sd` and `spread_scale` of `records`."""
-    from bayesblis.discrepancy import discrepancy_sd, spread_scale
+    configurations never fitted allow, "extrapolation_slope", "n_stages_extrapolated" where
+    stages beyond their fitted load do}}: `discrepancy_sd`, `spread_scale` and
+    `extrapolation_slope` of `records`."""
+    from bayesblis.discrepancy import discrepancy_sd, extrapolation_slope, spread_scale
 
     out = discrepancy_sd(records, METRICS.values())
     for metric, entry in spread_scale(records, METRICS.values()).items():
         out[metric].update(scale=entry["scale"], n_stages_never_fitted=entry["n_stages"])
+    for metric, entry in extrapolation_slope(records, METRICS.values()).items():
+        out[metric].update(extrapolation_slope=entry["slope"],
+                           n_stages_extrapolated=entry["n_stages"])
     return out
 
 
@@ -330,6 +345,8 @@ def run_validation(dirs, *, holdout="experiment", hardware="H100", n_draws=None,
             else:
                 model.refit_weighted(weight, method=method)
                 view = Posterior.of_fit(model)
+                # the windows it fitted (its fitted loads), not the held-out run's
+                view.data = ModelData(model.data.configs, model.data.obs[weight > 0])
                 info = _fold_info(name, model, model.fit_info["diagnostics"])
                 if weight.all():
                     fit_on_all = view, info

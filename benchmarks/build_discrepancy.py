@@ -9,7 +9,9 @@ A report's `simulator_discrepancy` is calibrated on every held-out stage of ever
 a traced deployment falls from the simulation beyond what the posterior allows (`sd`); held
 out by model the posterior's own spread already exceeds the errors (sd 0), and its `scale`
 says by how much to scale that spread for a configuration never fitted
-(bayesblis.discrepancy.spread_scale).
+(bayesblis.discrepancy.spread_scale). Held out by experiment, stages beyond the load their
+configuration was fitted at set `extrapolation_slope` (bayesblis.discrepancy.extrapolation_slope)
+and the others `sd`.
 """
 
 from __future__ import annotations
@@ -66,11 +68,13 @@ def main() -> None:
         doc.update(scale_source=scale_source, scale_report=str(args.never_fitted))
     write_json(args.out, doc)
     print(f"{'metric':<14} {'sd (log)':>9} {'observed':>9} {'posterior':>10} {'stages':>7}"
-          f" {'scale':>6} {'stages':>7}")
+          f" {'slope':>6} {'stages':>7} {'scale':>6} {'stages':>7}")
     for metric, e in doc["metrics"].items():
+        slope = (f"{e['extrapolation_slope']:>6.3f} {e['n_stages_extrapolated']:>7}"
+                 if "extrapolation_slope" in e else f"{'':>6} {'':>7}")
         scale = f"{e['scale']:>6.3f} {e['n_stages_never_fitted']:>7}" if "scale" in e else ""
         print(f"{metric:<14} {e['sd']:>9.3f} {e['sd_observed']:>9.3f} "
-              f"{e['sd_posterior']:>10.3f} {e['n_stages']:>7} {scale}")
+              f"{e['sd_posterior']:>10.3f} {e['n_stages']:>7} {slope} {scale}")
     print(f"wrote {args.out}")
 
 

@@ -63,7 +63,8 @@ def command(scenario, posterior, coefficients, draws, hardware, replay, allow_un
         cd = posterior_draws(posterior, deployment, draws, allow_unseen=allow_unseen, seed=seed)
         d = Draws.from_coefficient_draws(cd, source=f"posterior {posterior}")
         if discrepancy is not None:
-            discrepancy = discrepancy.for_configuration(cd.seen_config, cd.unseen_levels)
+            discrepancy = discrepancy.for_configuration(cd.seen_config, cd.unseen_levels,
+                                                        cd.fitted_load)
     else:
         d = load_coefficients(coefficients)
         if discrepancy is not None:   # fixed coefficients: as a new run of their configuration
@@ -101,6 +102,8 @@ def _write_traces(sc, d, deployment, trace_dir, seed, max_duration_s):
 def format_summary(result: dict) -> str:
     """Compact text table: one row per metric, summary then per stage: the median over draws
     [interval] and the mean; then the share of draws that saturate each stage."""
+    import math
+
     from bayesblis.discrepancy import NEW_CONFIGURATION
     from bayesblis.simulate.results import METRICS, SATURATION_LAG_GROWTH
 
@@ -147,6 +150,13 @@ def format_summary(result: dict) -> str:
         widened = ", ".join(m for m in METRICS if m in disc["sd"])
         lines.append(f"discrepancy ({disc['source']}) widens {widened}; the other metrics are "
                      "posterior-only (--discrepancy none: all)")
+        beyond = [s for s in result["stages"] if s.get("load_excess", 0) > 0]
+        if beyond:
+            lines.append("beyond the load the configuration was fitted at ("
+                         f"{disc.get('fitted_load', 0):.0f} requests in flight), intervals "
+                         "widen further: " + ", ".join(
+                             f"stage {s['stage']} {s['in_flight']:.0f} in flight "
+                             f"({math.exp(s['load_excess']):.1f}x)" for s in beyond))
     lines.append(f"saturated: the queue keeps growing through the stage (completion lag grows "
                  f"> {SATURATION_LAG_GROWTH:.0%} of the elapsed time; "
                  "data_specs/simulation-result.md)")

@@ -63,7 +63,8 @@ class Posterior:
         with idata, data, beta/alpha_features, priors and fit_info), for
         `coefficients.coefficient_draws` and the simulator without a file."""
         return cls(idata=fit.idata, configs=fit.data.configs, beta_features=fit.beta_features,
-                   alpha_features=fit.alpha_features, priors=fit.priors, fit_info=fit.fit_info)
+                   alpha_features=fit.alpha_features, priors=fit.priors, fit_info=fit.fit_info,
+                   data=fit.data)
 
     def config_row(self, key: str):
         match = self.configs[self.configs["config"] == key]

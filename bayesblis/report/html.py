@@ -120,7 +120,7 @@ def read_plan(path) -> dict:
 
 
 def plan_section(plan: dict) -> str:
-    from bayesblis.plan import never_fitted_options
+    from bayesblis.plan import extrapolated_options, never_fitted_options
     from bayesblis.report.figures import fig_plan
 
     parts = []
@@ -141,6 +141,10 @@ def plan_section(plan: dict) -> str:
             parts.append(f"<p>Never fitted ({_e(', '.join(never_fitted))}): each draw's spread "
                          f"about the median is scaled as measured held out by model, not "
                          f"widened.</p>")
+        beyond = extrapolated_options(plan)
+        if beyond:
+            parts.append(f"<p>Capacity beyond the traced load ({_e(', '.join(beyond))}): the "
+                         f"discrepancy grows with the extrapolation.</p>")
     rows = []
     for opt in plan["options"]:
         search = opt.get("search") or {}

@@ -19,7 +19,7 @@ import numpy as np
 
 from bayesblis import __version__
 from bayesblis.constants import CI_PROB
-from bayesblis.discrepancy import metric_widening, widened_interval
+from bayesblis.discrepancy import in_flight, load_excess, metric_widening, widened_interval
 from bayesblis.features.alpha import ALPHA_FEATURES
 from bayesblis.simulate.engine import (DROP_REASONS, STATUS_OK, EngineRun, deployment_constants,
                                        run_engine)
@@ -90,11 +90,18 @@ def summarize(values, ci_prob: float = CI_PROB, discrepancy_sd: float = 0.0,
 
 
 def summarize_metric(values, metric: str, discrepancy=None, ci_prob: float = CI_PROB,
-                     seed: int = 0) -> dict:
+                     seed: int = 0, stage_load: float | None = None) -> dict:
     """`summarize` with the widening `discrepancy` (a `bayesblis.discrepancy.Discrepancy`
-    or None) gives `metric`."""
-    sd, scale = metric_widening(discrepancy, metric)
+    or None) gives `metric` at `stage_load` requests in flight."""
+    sd, scale = metric_widening(discrepancy, metric, stage_load)
     return summarize(values, ci_prob, sd, seed, scale)
+
+
+def predicted_load(rate_rps, e2e_draws) -> float | None:
+    """Requests in flight at `rate_rps` with the draws' median mean E2E (Little's law)."""
+    e2e = np.asarray(e2e_draws, float)
+    e2e = e2e[np.isfinite(e2e)]
+    return in_flight(rate_rps, float(np.median(e2e))) if e2e.size else None
 
 
 def stage_lag_growth(arrival_s, finish_s, start_s: float, end_s: float) -> float:
@@ -302,21 +309,26 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
     sat = saturated(lag)
     reasons = records[0].get("reasons", {}) if records else {}
 
-    def block(metrics):
-        return {m: summarize_metric(metrics[m], m, discrepancy, ci_prob, seed) for m in METRICS}
+    def block(metrics, load):
+        return {m: summarize_metric(metrics[m], m, discrepancy, ci_prob, seed, load)
+                for m in METRICS}
 
-    stages = []
+    fitted = discrepancy.fitted_load if discrepancy is not None else None
+    stages, loads = [], []
     for s in range(n_stage):
         sel = w.stage == s
         a, b = w.stage_bounds_s[s]
-        st = {"stage": s, "start_s": float(a), "end_s": float(b),
-              "rate_rps": float(sel.sum() / (b - a)) if b > a else None,
-              "n_requests": int(sel.sum()), "n_excluded_errors": int((sel & ~valid).sum())}
-        st.update(block(per_draw["stages"][s]))
+        rate = float(sel.sum() / (b - a)) if b > a else None
+        load = predicted_load(rate, per_draw["stages"][s]["e2e_mean_s"])
+        loads.append(load or 0.0)
+        st = {"stage": s, "start_s": float(a), "end_s": float(b), "rate_rps": rate,
+              "n_requests": int(sel.sum()), "n_excluded_errors": int((sel & ~valid).sum()),
+              "in_flight": load, "load_excess": load_excess(load, fitted)}
+        st.update(block(per_draw["stages"][s], load))
         st["saturated_share"] = saturated_share(sat[:, s])
         st["lag_growth"] = summarize(lag[:, s], ci_prob)
         stages.append(st)
-    summary = block(per_draw["summary"])
+    summary = block(per_draw["summary"], max(loads, default=0.0) or None)  # the busiest stage
     extra = {"per_draw_stages": per_draw["stages"]} if keep_draws else {}
     return {
         **extra,

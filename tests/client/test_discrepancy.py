@@ -86,6 +86,9 @@ def test_load_discrepancy_reads_the_packaged_file_and_validate_reports(tmp_path)
     assert mine.sd == {"e2e_mean_s": 0.05} and mine.holdout == "experiment" and mine.scale == {}
     scaled = load_discrepancy(_report(tmp_path, {"e2e_mean_s": {"sd": 0.0, "scale": 0.3}}))
     assert scaled.scale == {"e2e_mean_s": 0.3}
+    sloped = load_discrepancy(_report(tmp_path, {"e2e_mean_s": {"sd": 0.03,
+                                                                "extrapolation_slope": 0.2}}))
+    assert sloped.slope == {"e2e_mean_s": 0.2}
 
 
 @pytest.mark.parametrize("content, field", [
@@ -96,6 +99,8 @@ def test_load_discrepancy_reads_the_packaged_file_and_validate_reports(tmp_path)
     ({"records": []}, "metrics"),
     ({"metrics": {"e2e_mean_s": {"sd": 0.1, "scale": 0}}}, "metrics.e2e_mean_s.scale"),
     ({"metrics": {"e2e_mean_s": {"sd": 0.1, "scale": None}}}, "metrics.e2e_mean_s.scale"),
+    ({"metrics": {"e2e_mean_s": {"sd": 0.1, "extrapolation_slope": -1}}},
+     "metrics.e2e_mean_s.extrapolation_slope"),
 ])
 def test_a_malformed_discrepancy_names_the_file_and_field(tmp_path, content, field):
     import json
@@ -171,3 +176,50 @@ def test_each_deployment_gets_the_rule_measured_for_its_kind():
     assert d.for_configuration(False, {"hardware": "A100"}).widening("e2e_mean_s") == (0.04, 1.0)
     assert Discrepancy(sd={"e2e_mean_s": 0.04}).for_configuration(False).applies == NEW_RUN
     assert new_cfg.to_dict()["scale"] == {"e2e_mean_s": 0.3}
+
+
+def test_fitted_load_is_the_busiest_windows_batch_and_ignores_other_configs_and_profiles():
+    import pandas as pd
+
+    from bayesblis.discrepancy import LOAD_QUANTILE, fitted_load, window_batch
+
+    batch = np.arange(1, 101, dtype=float)  # mean requests per step of 100 windows
+    obs = pd.DataFrame({"config": ["a"] * 100 + ["b", "a"], "kind": ["client_decode_window"] * 101
+                        + ["operator_profile"], "n_steps": np.r_[np.full(100, 50.0), 10.0, 1.0],
+                        "f_request_overhead_s": np.r_[batch * 50 * 1e-6, 1e-3, 0.0]})
+    np.testing.assert_allclose(window_batch(obs)[:101], np.r_[batch, 100.0])
+    assert np.isnan(window_batch(obs)[101])
+    assert fitted_load(obs, "a") == pytest.approx(np.quantile(batch, LOAD_QUANTILE))
+    assert fitted_load(obs, "c") is None and fitted_load(None, "a") is None
+
+
+def test_beyond_its_fitted_load_a_fitted_configuration_gets_a_wider_interval():
+    from bayesblis.discrepancy import (Discrepancy, extrapolation_slope, in_flight,
+                                       load_excess)
+
+    assert in_flight(20.0, 5.0) == 100.0 and in_flight(0.0, 5.0) is None
+    assert load_excess(100.0, 50.0) == pytest.approx(np.log(2)) and load_excess(40.0, 50.0) == 0.0
+    assert load_excess(100.0, None) == 0.0
+
+    def rec(measured, pred, excess):
+        return {"overloaded": False, "seen_config": True, "load_excess": excess,
+                "measured_e2e_mean_s": measured, "pred_e2e_mean_s": pred,
+                "pred_e2e_mean_s_lo": pred * 0.99, "pred_e2e_mean_s_hi": pred * 1.01}
+
+    records = [rec(1.02, 1.0, 0.0), rec(0.98, 1.0, 0.0), rec(1.0, 1.2, 1.0), rec(1.1, 1.0, 0.5)]
+    slope = extrapolation_slope(records, ["e2e_mean_s"])["e2e_mean_s"]
+    assert slope["n_stages"] == 2  # the largest of two scores (k > n)
+    assert slope["slope"] == pytest.approx(max(np.log(1.2) / 1.0, np.log(1.1) / 0.5))
+    base = discrepancy_sd(records, ["e2e_mean_s"])["e2e_mean_s"]
+    assert base["n_stages"] == 2  # the extrapolated stages set the slope, not the sd
+
+    d = Discrepancy(sd={"e2e_mean_s": 0.03}, slope={"e2e_mean_s": 0.2})
+    fitted = d.for_configuration(True, fitted_load=50.0)
+    assert fitted.widening("e2e_mean_s", 40.0) == (0.03, 1.0)   # within the fitted load
+    sd, _ = fitted.widening("e2e_mean_s", 50.0 * np.e)          # one unit of log excess
+    assert sd == pytest.approx(np.hypot(0.03, 0.2 / 1.645), rel=1e-3)
+    assert d.for_configuration(True).widening("e2e_mean_s", 500.0) == (0.03, 1.0)  # load unknown
+    never = Discrepancy(sd={"e2e_mean_s": 0.03}, scale={"e2e_mean_s": 0.3},
+                        slope={"e2e_mean_s": 0.2}).for_configuration(False, fitted_load=50.0)
+    assert never.fitted_load is None
+    assert fitted.to_dict()["extrapolation_slope"] == {"e2e_mean_s": 0.2}

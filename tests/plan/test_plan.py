@@ -400,3 +400,37 @@ def test_a_configuration_never_fitted_gets_its_draws_spread_scaled(sweep):
     scaled_plan = run_plan(sc, posterior, slos, [{}], search=search, n_draws=DRAWS,
                            posterior_source="p", discrepancy=disc)
     assert "never fitted" in format_plan(scaled_plan)
+
+
+def test_beyond_its_fitted_load_a_fitted_configuration_is_planned_less_surely(sweep):
+    """A fitted configuration (qwen2.5-7b on the A100 at TP 2 in the tiny fit) carries the
+    load its windows held; at a rate beyond it the SLO probabilities and intervals allow for
+    the extrapolation (`Discrepancy.slope`), below it they do not."""
+    from bayesblis.discrepancy import Discrepancy
+    from bayesblis.plan import extrapolated_options
+    from bayesblis.simulate.results import METRICS
+
+    sc, posterior, slos, search, _, _ = sweep
+    row = posterior.configs[posterior.configs["model"] == "qwen2.5-7b"].iloc[0]
+    fitted_option = {"hardware": str(row["hardware"]), "tp": int(row["tp"])}
+    sd = {m: 0.03 for m in METRICS if m != "throughput_tokens_per_s"}
+    tasks = {}
+    for name, slope in (("flat", {}), ("sloped", {m: 0.5 for m in sd})):
+        disc = Discrepancy(sd=sd, slope=slope, source="test", holdout="experiment")
+        tasks[name] = option_tasks(sc, posterior, [fitted_option], slos, search, n_draws=DRAWS,
+                                   discrepancy=disc)[0]
+    coef = tasks["sloped"]["coefficients"]
+    assert coef["seen_config"] and coef["fitted_load"] > 0
+    fitted = coef["fitted_load"]
+    low, high = 0.2, 40.0
+    flat = probability_curve(tasks["flat"], [low, high])
+    sloped = probability_curve(tasks["sloped"], [low, high])
+    assert flat[0]["in_flight"] < fitted and sloped[0]["load_excess"] == 0.0
+    assert sloped[0]["metrics"] == flat[0]["metrics"] and sloped[0]["p_all"] == flat[0]["p_all"]
+    assert sloped[1]["in_flight"] > fitted and sloped[1]["load_excess"] > 0
+    wide, narrow = sloped[1]["metrics"]["e2e_mean_s"], flat[1]["metrics"]["e2e_mean_s"]
+    assert wide["median"] == narrow["median"] and wide["hi"] - wide["lo"] > narrow["hi"] - narrow["lo"]
+    plan = {"options": [{"label": "a100", "at_capacity": {"in_flight": 2 * fitted,
+                                                          "load_excess": np.log(2.0)}},
+                        {"label": "h100", "at_capacity": {"load_excess": 0.0}}]}
+    assert extrapolated_options(plan) == [f"a100 ({2 * fitted:.0f} in flight, 2.0x the fitted load)"]

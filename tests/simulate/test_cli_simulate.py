@@ -193,7 +193,7 @@ def test_posterior_option_uses_posterior_draws(tmp_path, monkeypatch):
         beta = np.array([BETA_PRIOR[n] for n in BETA_FEATURES]) * rng.lognormal(0, 0.1, (n_draws, len(BETA_FEATURES)))
         return types.SimpleNamespace(beta=beta, alpha=np.tile(list(ALPHA_PRIOR.values()), (n_draws, 1)),
                                      noise_sigma=np.full(n_draws, 0.05), noise_nu=np.full(n_draws, 6.0),
-                                     seen_config=True, unseen_levels={})
+                                     seen_config=True, unseen_levels={}, fitted_load=None)
 
     monkeypatch.setitem(sys.modules, "bayesblis.coefficients",
                         types.SimpleNamespace(posterior_draws=posterior_draws))
