@@ -700,15 +700,15 @@ def never_fitted_options(plan: dict) -> list[str]:
 
 
 def extrapolated_options(plan: dict) -> list[str]:
-    """'label (N in flight, x.x the fitted load)' for each option of a PLAN.json whose
+    """'label: N in flight, x.x the fitted load' for each option of a PLAN.json whose
     capacity lies beyond the load its configuration was fitted at (its SLO probability
     there allows for the extrapolation, `Discrepancy.widening`)."""
     out = []
     for o in plan["options"]:
         at = o.get("at_capacity") or {}
         if at.get("load_excess", 0) > 0:
-            out.append(f"{o.get('label', '?')} ({at['in_flight']:.0f} in flight, "
-                       f"{math.exp(at['load_excess']):.1f}x the fitted load)")
+            out.append(f"{o.get('label', '?')}: {at['in_flight']:.0f} in flight, "
+                       f"{math.exp(at['load_excess']):.1f}x the fitted load")
     return out
 
 
@@ -762,7 +762,7 @@ def format_curve(option: dict, slos: list[dict]) -> list[str]:
     """One option's evaluated rates: P(all SLOs), P(saturated) and each SLO metric's median
     over draws (mean in brackets: a few saturated draws inflate it)."""
     metrics = [s["result_metric"] for s in slos]
-    col = 24
+    col = max([24] + [len(m) + len(" median (mean)") + 2 for m in metrics])
     head = (f"  {'rate req/s':>10}{'P(all SLOs)':>13}{'P(saturated)':>14}"
             + "".join(f"{m + ' median (mean)':>{col}}" for m in metrics))
     lines = [f"{option['label']}: probability curve", head]

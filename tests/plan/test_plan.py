@@ -433,4 +433,4 @@ def test_beyond_its_fitted_load_a_fitted_configuration_is_planned_less_surely(sw
     plan = {"options": [{"label": "a100", "at_capacity": {"in_flight": 2 * fitted,
                                                           "load_excess": np.log(2.0)}},
                         {"label": "h100", "at_capacity": {"load_excess": 0.0}}]}
-    assert extrapolated_options(plan) == [f"a100 ({2 * fitted:.0f} in flight, 2.0x the fitted load)"]
+    assert extrapolated_options(plan) == [f"a100: {2 * fitted:.0f} in flight, 2.0x the fitted load"]
