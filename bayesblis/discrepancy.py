@@ -280,6 +280,16 @@ class Discrepancy:
     slope: dict = field(default_factory=dict)
     fitted_load: float | None = None
 
+    @classmethod
+    def from_entries(cls, metrics: dict, **fields) -> "Discrepancy":
+        """From per-metric entries as `validate` writes them ({metric: {"sd", and optional
+        "scale", "extrapolation_slope"}}; checked ones: `load_discrepancy`); `fields`: the
+        other attributes (source, holdout, ...)."""
+        return cls(sd={m: float(e["sd"]) for m, e in metrics.items()},
+                   scale={m: float(e["scale"]) for m, e in metrics.items() if "scale" in e},
+                   slope={m: float(e["extrapolation_slope"]) for m, e in metrics.items()
+                          if "extrapolation_slope" in e}, **fields)
+
     def for_metric(self, metric: str) -> float:
         """The metric's sd; 0 for a metric no validation calibrated (posterior-only)."""
         return float(self.sd.get(metric, 0.0))
@@ -353,29 +363,28 @@ def load_discrepancy(path=None) -> Discrepancy:
         doc = doc["simulator_discrepancy"]
     if not isinstance(doc, dict) or not isinstance(doc.get("metrics"), dict) or not doc["metrics"]:
         raise InputError(path, "no per-metric discrepancy", field="metrics", expected=expected)
-    sd, scale, slope = {}, {}, {}
     for metric, entry in doc["metrics"].items():
         value = entry.get("sd") if isinstance(entry, dict) else None
         if not _is_number(value) or value < 0:
             raise InputError(path, f"sd is {value!r}", field=f"metrics.{metric}.sd",
                              expected="a finite number >= 0 (log-scale sd)")
-        sd[metric] = float(value)
-        if "scale" in entry:
-            if not _is_number(entry["scale"]) or entry["scale"] <= 0:
-                raise InputError(path, f"scale is {entry['scale']!r}",
-                                 field=f"metrics.{metric}.scale",
-                                 expected="a finite number > 0 (posterior spread multiplier)")
-            scale[metric] = float(entry["scale"])
-        if "extrapolation_slope" in entry:
-            if not _is_number(entry["extrapolation_slope"]) or entry["extrapolation_slope"] < 0:
-                raise InputError(path, f"extrapolation_slope is {entry['extrapolation_slope']!r}",
-                                 field=f"metrics.{metric}.extrapolation_slope",
-                                 expected="a finite number >= 0 (log error per log load excess)")
-            slope[metric] = float(entry["extrapolation_slope"])
-    return Discrepancy(sd=sd, source=str(doc.get("source") or path),
-                       holdout=str(doc.get("holdout", "")), scale=scale,
-                       scale_source=str(doc.get("scale_source") or (path if scale else "")),
-                       slope=slope)
+        for key, positive, expected in _OPTIONAL_ENTRIES:
+            if key in entry and (not _is_number(entry[key])
+                                 or (entry[key] <= 0 if positive else entry[key] < 0)):
+                raise InputError(path, f"{key} is {entry[key]!r}", field=f"metrics.{metric}.{key}",
+                                 expected=expected)
+    found = Discrepancy.from_entries(doc["metrics"], source=str(doc.get("source") or path),
+                                     holdout=str(doc.get("holdout", "")))
+    return replace(found, scale_source=str(doc.get("scale_source")
+                                           or (path if found.scale else "")))
+
+
+_OPTIONAL_ENTRIES = (
+    ("scale", True, "a finite number > 0 (posterior spread multiplier)"),
+    ("extrapolation_slope", False, "a finite number >= 0 (log error per log load excess)"),
+)
+"""Optional per-metric entries of a discrepancy file: (key, must be > 0 rather than >= 0,
+what the error says is expected)."""
 
 
 def _is_number(value) -> bool:

@@ -109,13 +109,8 @@ def compare(source, result, *, fold: str, holdout: str, discrepancy: dict | None
     has_errors = bool(source.tables["requests"]["has_error"].any())
     overloaded = overloaded_stages(measured, has_errors)
     seen_config = bool(result.get("seen_config", True))
-    entries = discrepancy or {}
-    rule = Discrepancy(sd={m: e["sd"] for m, e in entries.items()},
-                       scale={m: e["scale"] for m, e in entries.items() if "scale" in e},
-                       slope={m: e["extrapolation_slope"] for m, e in entries.items()
-                              if "extrapolation_slope" in e}
-                       ).for_configuration(seen_config, result.get("unseen_levels"),
-                                           result.get("fitted_load"))
+    rule = Discrepancy.from_entries(discrepancy or {}).for_configuration(
+        seen_config, result.get("unseen_levels"), result.get("fitted_load"))
     records = []
     for i, row in measured.iterrows():
         stage_pred = result["stages"][i] if i < len(result["stages"]) else None

@@ -72,11 +72,8 @@ def main(argv=None):
         diag = model.fit_info["diagnostics"]
         sc = Scenario.from_inference_perf(source.meta["path"], "H100", replay=True, seed=args.seed)
         measured = measured_per_generated_token(source)
-        entries = fold_sd[source.name]
-        disc = Discrepancy(sd={m: v["sd"] for m, v in entries.items()},
-                           slope={m: v["extrapolation_slope"] for m, v in entries.items()
-                                  if "extrapolation_slope" in v},
-                           source=f"{args.report} fold {source.name}", holdout="experiment")
+        disc = Discrepancy.from_entries(fold_sd[source.name], holdout="experiment",
+                                        source=f"{args.report} fold {source.name}")
         row = {"experiment": source.name, "fit_wall_s": round(time.perf_counter() - t0, 1),
                "r_hat_max": diag.get("r_hat_max"), "divergences": diag.get("divergences"),
                "discrepancy_sd": disc.sd, "extrapolation_slope": disc.slope, "stages": []}
