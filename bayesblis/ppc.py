@@ -18,8 +18,11 @@ when (with at least `MIN_OBS_FLAG` observations) its 90% coverage falls outside
 (> the 1% critical value 1.63/sqrt(n)), its observed mean lies outside the central 99%
 of the replicated means and more than 5% off their mean, or more than `PARETO_K_SHARE_MAX` of its Pareto k exceed 0.7.
 The PIT here is in-sample (the observations were fitted): a good fit gives roughly
-uniform PIT, over-dispersion shows as too high coverage and a central PIT bump. The JSON
-layout is in data_specs/check.md.
+uniform PIT, over-dispersion shows as too high coverage and a central PIT bump. Per
+configuration, the load response (`load_response`) bins the step windows by requests in
+flight and compares the observed time per step with the replicated one: how well the step
+features price the growth of the step with the batch. The JSON layout is in
+data_specs/check.md.
 """
 
 from __future__ import annotations
@@ -63,6 +66,18 @@ MIN_OBS_FLAG = 10
 """Rows with fewer observations are reported but never flagged."""
 
 ALL_KINDS = "all"
+
+LOAD_BINS = 6
+"""Bins (equal counts) of a configuration's step windows by requests in flight."""
+
+LOAD_RATIO_TOL = 0.01
+"""A load-response bin is marked only when its observed median lies outside the replicated
+90% interval *and* more than this (relative) from it: with hundreds of windows a 0.5% bias
+is significant but prices nothing."""
+
+LOAD_MIN_STEPS = 8
+"""Windows of fewer engine steps are left out of the load response: a TTFT window (~2.5
+steps) is mostly request-level delay, not step time."""
 
 
 class CheckError(BayesBlisError):
@@ -319,6 +334,66 @@ def summarize_checks(draws: PredictiveDraws) -> list[dict]:
     return rows
 
 
+def load_response(draws: PredictiveDraws, n_bins: int = LOAD_BINS,
+                  min_steps: int = LOAD_MIN_STEPS) -> list[dict]:
+    """Per configuration, its windows of at least `min_steps` engine steps in `n_bins`
+    equal-count bins of mean requests in flight (`discrepancy.window_batch`): the observed
+    median time per step against the replicated one (median over the bin per draw; its
+    median and 90% interval over draws). Linear step features that mis-price how the step
+    grows with the batch leave a pattern in `ratio` (observed / replicated) along the bins,
+    and `outside` marks a bin whose observed median lies outside the replicated 90%
+    interval by more than LOAD_RATIO_TOL. `fitted_load`: the configuration's `discrepancy.fitted_load`, where its
+    predictions start to extrapolate."""
+    from bayesblis.discrepancy import fitted_load, window_batch
+
+    obs = draws.data.obs
+    batch = window_batch(obs)
+    steps = obs["n_steps"].to_numpy(float)
+    usable = np.isfinite(batch) & (batch > 0) & (steps >= min_steps)
+    per_step_obs = np.where(usable, draws.y / np.where(usable, steps, 1.0), np.nan)
+    configs = obs["config"].astype(str).to_numpy()
+    out = []
+    for cfg in dict.fromkeys(configs):
+        idx = np.flatnonzero(usable & (configs == cfg))
+        if len(idx) < 3 * n_bins:
+            continue
+        edges = np.unique(np.quantile(batch[idx], np.linspace(0.0, 1.0, n_bins + 1)))
+        which = np.clip(np.searchsorted(edges, batch[idx], side="right") - 1, 0, len(edges) - 2)
+        replicated = draws.y_rep[:, idx] / steps[idx]
+        bins = []
+        for b in range(len(edges) - 1):
+            sel = which == b
+            if sel.sum() < 3:
+                continue
+            rep = np.median(replicated[:, sel], axis=1)
+            observed = float(np.median(per_step_obs[idx][sel]))
+            lo, mid, hi = (float(v) for v in np.quantile(rep, [0.05, 0.5, 0.95]))
+            bins.append({"in_flight_lo": float(edges[b]), "in_flight_hi": float(edges[b + 1]),
+                         "in_flight": float(np.median(batch[idx][sel])), "n_obs": int(sel.sum()),
+                         "observed_step_s": observed, "replicated_step_s": mid,
+                         "replicated_lo_s": lo, "replicated_hi_s": hi,
+                         "ratio": observed / mid,
+                         "outside": bool(not lo <= observed <= hi
+                                         and abs(observed / mid - 1) > LOAD_RATIO_TOL)})
+        out.append({"config": cfg, "fitted_load": fitted_load(obs, cfg), "bins": bins})
+    return out
+
+
+def format_load_response(entries: list[dict]) -> list[str]:
+    """Text lines of `load_response`: per configuration, observed / replicated time per step
+    by requests in flight (* a marked bin)."""
+    if not entries:
+        return []
+    lines = ["load response: observed / replicated time per step, by requests in flight "
+             f"(* outside the replicated 90% interval and over {LOAD_RATIO_TOL:.0%} off)"]
+    for e in entries:
+        cells = " | ".join(f"{b['in_flight_lo']:.0f}-{b['in_flight_hi']:.0f}: {b['ratio']:.3f}"
+                           + ("*" if b["outside"] else "") for b in e["bins"])
+        load = "" if e["fitted_load"] is None else f" (fitted load {e['fitted_load']:.0f})"
+        lines.append(f"  {e['config'][:38]:<39}{cells}{load}")
+    return lines
+
+
 def check_posterior(posterior, *, n_draws: int = 200, seed: int = 0, loo: bool = True,
                     dataset=None, hardware: str | None = None,
                     max_obs_per_config: int | None = None, return_draws: bool = False):
@@ -356,6 +431,7 @@ def check_posterior(posterior, *, n_draws: int = 200, seed: int = 0, loo: bool =
         "rows": rows,
         "flagged_configs": flagged,
         "passed": not flagged,
+        "load_response": load_response(draws),
         "notes": list(draws.notes),
         "metadata": {"package_version": __version__, "versions": package_versions(),
                      "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")},
@@ -381,6 +457,7 @@ def format_check(doc: dict) -> str:
         lines.append(f"PSIS-LOO: elpd {lo['elpd_loo']:.1f} (se {lo['se']:.1f}), p_loo "
                      f"{lo['p_loo']:.1f}, Pareto k > {PARETO_K_BAD}: {lo['pareto_k_bad']} of "
                      f"{lo['n_obs']} ({lo['pareto_k_bad_share']:.1%})")
+    lines.extend(format_load_response(doc.get("load_response") or []))
     lines.append(f"{doc['n_draws']} posterior draws, observations {doc['observations']}")
     for note in doc.get("notes", []):
         lines.append(f"note: {note}")

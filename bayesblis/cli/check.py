@@ -33,7 +33,7 @@ def ppc_options(command):
               help="Write the checks as JSON (data_specs/check.md), e.g. check.json.")
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False), default=None,
               help="Folder for PNG figures: one per configuration (observed vs replicated "
-                   "ECDF and PIT), coverage and Pareto k.")
+                   "ECDF and PIT), coverage, Pareto k and the load response.")
 @ppc_options
 @click.option("--hardware", default=None, help="With --dataset: GPU of sources that name none.")
 def command(posterior, out_path, plots_dir, n_draws, no_loo, dataset, hardware,
@@ -59,14 +59,16 @@ def write_plots(doc, draws, folder: Path, seed: int = 0) -> list[Path]:
     """PNG figures of a check into `folder`; returns the paths."""
     import re
 
-    from bayesblis.report.figures import (fig_coverage, fig_pareto_k, fig_ppc_config,
-                                          save_png)
+    from bayesblis.report.figures import (fig_coverage, fig_load_response, fig_pareto_k,
+                                          fig_ppc_config, save_png)
 
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     figs = [("coverage.png", fig_coverage(doc))]
     if draws.loo is not None:
         figs.append(("pareto_k.png", fig_pareto_k(draws)))
+    if doc.get("load_response"):
+        figs.append(("load_response.png", fig_load_response(doc["load_response"])))
     for i, cfg in enumerate(dict.fromkeys(draws.data.obs["config"].astype(str))):
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", cfg)
         figs.append((f"ppc_{i + 1:02d}_{safe}.png", fig_ppc_config(draws, cfg, seed=seed)))

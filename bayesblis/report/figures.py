@@ -154,6 +154,41 @@ def fig_pareto_k(draws) -> Figure:
     return fig
 
 
+def fig_load_response(entries: list[dict], max_cols: int = 3) -> Figure:
+    """`ppc.load_response`, one panel per configuration: observed / replicated median time
+    per step against the requests in flight (bar: the replicated 90% interval, red: a bin
+    `outside` it); dotted: the configuration's fitted load."""
+    n = max(len(entries), 1)
+    cols = min(n, max_cols)
+    rows = int(np.ceil(n / cols))
+    fig = Figure(figsize=(3.4 * cols, 2.5 * rows + 0.3))
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    for ax, e in zip(axes, entries):
+        b = e["bins"]
+        x = np.array([v["in_flight"] for v in b])
+        obs = np.array([v["observed_step_s"] for v in b])
+        ratio = np.array([v["ratio"] for v in b])
+        lo = obs / np.array([v["replicated_hi_s"] for v in b])
+        hi = obs / np.array([v["replicated_lo_s"] for v in b])
+        out = np.array([v["outside"] for v in b], bool)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.errorbar(x, ratio, yerr=[ratio - lo, hi - ratio], fmt="none", ecolor="0.6", capsize=2)
+        ax.scatter(x[~out], ratio[~out], color="C0", s=16, zorder=3)
+        ax.scatter(x[out], ratio[out], color="C3", s=16, zorder=3)
+        if e["fitted_load"]:
+            ax.axvline(e["fitted_load"], color="C1", ls=":", lw=1.2)
+        if len(b):  # at least +-3% shown, so that a fraction of a percent does not look steep
+            ax.set_ylim(min(0.97, float(lo.min()) - 0.005), max(1.03, float(hi.max()) + 0.005))
+        ax.set_title(_short(e["config"], 40), fontsize=8)
+        ax.set_xlabel("requests in flight (window mean)", fontsize=7)
+        ax.set_ylabel("observed / replicated step", fontsize=7)
+        ax.tick_params(labelsize=7)
+    for ax in axes[len(entries):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
 # ---------------------------------------------------------------------- shrinkage
 def _flat(da):
     return da.stack(sample=("chain", "draw")).transpose("sample", ...)

@@ -319,7 +319,8 @@ def ppc_section(posterior, *, n_draws: int, seed: int, loo: bool, dataset=None,
     """The PPC section and the `ppc.PredictiveDraws` behind it (None if unavailable).
     `check`: a finished ``check_posterior(..., return_draws=True)`` result to reuse."""
     from bayesblis.ppc import CheckError, check_posterior
-    from bayesblis.report.figures import fig_coverage, fig_pareto_k, fig_ppc_config
+    from bayesblis.report.figures import (fig_coverage, fig_load_response, fig_pareto_k,
+                                          fig_ppc_config)
 
     if check is not None:
         doc, draws = check
@@ -358,6 +359,14 @@ def ppc_section(posterior, *, n_draws: int, seed: int, loo: bool, dataset=None,
     if draws.loo is not None:
         parts.append(_figure(fig_pareto_k(draws), "PSIS-LOO Pareto k per observation.",
                              "pareto-k"))
+    if doc.get("load_response"):
+        parts.append(_figure(fig_load_response(doc["load_response"]),
+                             "Load response: observed / replicated median time per engine step "
+                             "of each configuration's windows, by requests in flight (bars: the "
+                             "replicated 90% interval; red: outside it by more than 1%; dotted: "
+                             "the fitted load, beyond which predictions extrapolate). A pattern "
+                             "along the batch means the step features mis-price how the step "
+                             "grows with it.", "load-response"))
     for cfg in posterior.configs["config"].astype(str):
         if not (draws.data.obs["config"].astype(str) == cfg).any():
             continue

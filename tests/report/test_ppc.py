@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bayesblis.ppc import (ALL_KINDS, COVERAGE90_RANGE, CheckError, PredictiveDraws,
-                           check_posterior, flag_reasons, format_check, interval_coverage,
-                           ks_pvalue, ks_uniform, pit_values, summarize_checks)
+from bayesblis.ppc import (ALL_KINDS, COVERAGE90_RANGE, LOAD_MIN_STEPS, CheckError,
+                           PredictiveDraws, check_posterior, flag_reasons, format_check,
+                           format_load_response, interval_coverage, ks_pvalue, ks_uniform,
+                           load_response, pit_values, summarize_checks)
 
 
 # ---------------------------------------------------------------------- hand-made
@@ -51,6 +52,62 @@ def test_flag_reasons():
     assert flag_reasons({**good, "ppp_mean": 0.0, "mean_ratio": 1.02}) == []  # tiny bias
     assert "Pareto" in flag_reasons({**good, "pareto_k_bad_share": 0.5})[0]
     assert flag_reasons({**good, "n_obs": 5, "coverage_90": 0.1}) == []  # too few to flag
+
+
+def _windows_at_loads(step_ms, replicated_ms, n_draws: int = 200, seed: int = 0):
+    """PredictiveDraws of 300 step windows of one configuration at 10-120 requests in
+    flight (mean per step: `step_ms(b)` observed, `replicated_ms(b)` replicated, 1% noise),
+    plus 60 TTFT-like windows of 2 steps that the load response must leave out."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    b = rng.uniform(10, 120, 300)
+    steps = rng.integers(50, 300, 300).astype(float)
+    obs = pd.DataFrame({"config": "c", "kind": "client_decode_window", "n_steps": steps,
+                        "f_request_overhead_s": b * steps * 1e-6,
+                        "y_s": step_ms(b) * 1e-3 * steps * (1 + 0.01 * rng.standard_normal(300))})
+    short = pd.DataFrame({"config": "c", "kind": "client_ttft", "n_steps": 2.0,
+                          "f_request_overhead_s": 60 * 2e-6, "y_s": np.full(60, 5.0)})
+    obs = pd.concat([obs, short], ignore_index=True)
+    rep = replicated_ms(b) * 1e-3 * steps * (1 + 0.01 * rng.standard_normal((n_draws, 300)))
+    y_rep = np.concatenate([rep, np.full((n_draws, 60), 5.0)], axis=1)
+    return PredictiveDraws(data=SimpleNamespace(obs=obs), y_rep=y_rep)
+
+
+def test_load_response_shows_a_concave_step_priced_linearly():
+    """Observed step time concave in the batch (16 ms + sqrt(b) ms), replicated by its chord
+    from 10 to 120 requests in flight: the bins run long, most in the middle (marked), least
+    at the top end (not marked); windows shorter than LOAD_MIN_STEPS are left out; the
+    fitted load is the 95th percentile of the windows' batch."""
+    def concave(b):
+        return 16.0 + np.sqrt(b)
+
+    lo_b, hi_b = 10.0, 120.0
+    slope = (concave(hi_b) - concave(lo_b)) / (hi_b - lo_b)
+    draws = _windows_at_loads(concave, lambda b: concave(lo_b) + slope * (b - lo_b))
+    (entry,) = load_response(draws)
+    bins = entry["bins"]
+    assert len(bins) == 6 and sum(x["n_obs"] for x in bins) == 300  # the 2-step rows left out
+    assert LOAD_MIN_STEPS > 2 and bins[0]["in_flight_lo"] >= 10
+    ratios = [x["ratio"] for x in bins]
+    assert max(ratios) == max(ratios[1:4]) > 1.03 and all(x["outside"] for x in bins[:5])
+    assert all(r > 1 for r in ratios) and abs(ratios[-1] - 1) < 0.01 and not bins[-1]["outside"]
+    for x in bins:
+        assert x["replicated_lo_s"] <= x["replicated_step_s"] <= x["replicated_hi_s"]
+        assert x["in_flight_lo"] <= x["in_flight"] <= x["in_flight_hi"]
+    assert 110 < entry["fitted_load"] < 120
+    text = "\n".join(format_load_response([entry]))
+    assert "load response" in text and "*" in text and "(fitted load 11" in text
+
+
+def test_load_response_of_a_well_priced_step_marks_nothing():
+    """Replicated = observed shape: every ratio within 1%, no bin marked."""
+    draws = _windows_at_loads(lambda b: 16.0 + 0.05 * b, lambda b: 16.0 + 0.05 * b)
+    (entry,) = load_response(draws)
+    assert all(abs(x["ratio"] - 1) < 0.01 and not x["outside"] for x in entry["bins"])
+    assert "*" not in "\n".join(format_load_response([entry])[1:])
 
 
 # ---------------------------------------------------------------------- real posterior
@@ -98,6 +155,11 @@ def test_check_on_demo_posterior(checked, posterior):
     json.dumps(doc)  # JSON-ready
     text = format_check(doc)
     assert configs[0][:39] in text and "PSIS-LOO" in text
+    # the load response of every configuration with step windows, on the same draws
+    assert [e["config"] for e in doc["load_response"]] == [e["config"] for e in load_response(draws)]
+    assert doc["load_response"] and "load response" in text
+    for e in doc["load_response"]:
+        assert all(0.75 < b["ratio"] < 1.25 for b in e["bins"]), e
 
 
 def test_misfit_configuration_is_flagged(posterior, checked):
@@ -142,7 +204,8 @@ def test_check_cli_writes_json_and_plots(posterior_path, tmp_path):
     assert doc["check_version"] == "1" and doc["loo"] is None and doc["n_draws"] == 40
     assert "cov90" in res.output
     pngs = sorted(p.name for p in plots.glob("*.png"))
-    assert "coverage.png" in pngs and sum(p.startswith("ppc_") for p in pngs) == len(
+    assert "coverage.png" in pngs and "load_response.png" in pngs
+    assert sum(p.startswith("ppc_") for p in pngs) == len(
         {r["config"] for r in doc["rows"]})
     for p in plots.glob("*.png"):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

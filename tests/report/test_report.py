@@ -43,7 +43,7 @@ def test_report_has_every_section_and_no_network_reference(report_path, posterio
     # one PPC figure per configuration plus shrinkage, coverage, Pareto k and plan
     n_cfg = len(posterior.configs)
     assert text.count('data-figure="ppc-') == n_cfg
-    for name in ("shrinkage", "coverage", "pareto-k", "plan"):
+    for name in ("shrinkage", "coverage", "pareto-k", "load-response", "plan"):
         assert f'data-figure="{name}"' in text
     for cfg in posterior.configs["config"]:
         assert cfg in text
@@ -161,7 +161,7 @@ def test_report_renders_in_headless_chromium(report_path, posterior, tmp_path):
     # only the file itself and its data: images are requested
     assert all(u.startswith(("file://", "data:")) for u in requests), requests
     assert headings == [h for _, h in SECTIONS]
-    assert len(images) == len(posterior.configs) + 4
+    assert len(images) == len(posterior.configs) + 5  # + shrinkage, coverage, Pareto k, load response, plan
     for img in images:
         assert img["done"] and img["w"] > 0 and img["h"] > 0 and img["box"] > 0, img
     assert all(w > 0 for w in svgs)
