@@ -358,6 +358,8 @@ def load_response(draws: PredictiveDraws, n_bins: int = LOAD_BINS,
         if len(idx) < 3 * n_bins:
             continue
         edges = np.unique(np.quantile(batch[idx], np.linspace(0.0, 1.0, n_bins + 1)))
+        if len(edges) < 2:  # one batch size throughout: no load response to show
+            continue
         which = np.clip(np.searchsorted(edges, batch[idx], side="right") - 1, 0, len(edges) - 2)
         replicated = draws.y_rep[:, idx] / steps[idx]
         bins = []

@@ -108,6 +108,9 @@ def test_load_response_of_a_well_priced_step_marks_nothing():
     (entry,) = load_response(draws)
     assert all(abs(x["ratio"] - 1) < 0.01 and not x["outside"] for x in entry["bins"])
     assert "*" not in "\n".join(format_load_response([entry])[1:])
+    # one batch size throughout (a closed-loop benchmark at fixed concurrency): no entry
+    draws.data.obs["f_request_overhead_s"] = 32e-6 * draws.data.obs["n_steps"]
+    assert load_response(draws) == [] and format_load_response([]) == []
 
 
 # ---------------------------------------------------------------------- real posterior
