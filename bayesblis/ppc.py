@@ -342,8 +342,8 @@ def load_response(draws: PredictiveDraws, n_bins: int = LOAD_BINS,
     median and 90% interval over draws). Linear step features that mis-price how the step
     grows with the batch leave a pattern in `ratio` (observed / replicated) along the bins,
     and `outside` marks a bin whose observed median lies outside the replicated 90%
-    interval by more than LOAD_RATIO_TOL. `fitted_load`: the configuration's `discrepancy.fitted_load`, where its
-    predictions start to extrapolate."""
+    interval by more than LOAD_RATIO_TOL. `fitted_load`: the configuration's
+    `discrepancy.fitted_load`, where its predictions start to extrapolate."""
     from bayesblis.discrepancy import fitted_load, window_batch
 
     obs = draws.data.obs
