@@ -23,6 +23,9 @@ request intervals themselves (see data_specs/observations.md, "client windows"):
   when it came (``alpha_frontend`` per such request, `features.alpha.decoding_at`). The
   last token pays the same return cost; a decode window omits the difference of the two
   (the batch at its end less the batch at its start, zero on average at a steady load).
+  Where the request lands in the in-flight step is uniform; the window records that spread
+  (`phase_var`), and `ttft_phase_share` takes it out of the per-step noise the simulator
+  adds (it draws the phase itself).
 
 Overlapping windows share steps, so they are not independent observations. Windows are
 thinned to at most one per ``min_gap_s`` of decode start (default: the median decode
@@ -38,6 +41,7 @@ from bayesblis.constants import US
 from bayesblis.features.alpha import ALPHA_FEATURES, alpha_features, decoding_at
 from bayesblis.features.beta import AGGREGATES, BETA_FEATURES, beta_feature_matrix
 from bayesblis.io.inference_perf import correct_output_counts, stage_of
+from bayesblis.model.priors import BETA_PRIORS
 
 RESIDUAL_STEP_FRACTION = 0.5
 """Expected share of the in-flight step a new request waits for before it is scheduled."""
@@ -202,6 +206,10 @@ def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens
         kind="client_ttft", config=config, source=source, request=ok.index.to_numpy(),
         start=arrival))
 
+    # where in the in-flight step it landed: its spread, in the window's average steps
+    step_ref = beta_feature_matrix(deployment, residual_step) @ REFERENCE_BETA
+    average_ref = ttft_feats @ REFERENCE_BETA / np.maximum(k_steps + waited, 1e-12)
+    rows[-1]["phase_var"] = np.where(running, PHASE_VARIANCE * (step_ref / average_ref) ** 2, 0.0)
     table = pd.concat(rows, ignore_index=True)
     left_out = np.union1d(queueing_requests(ok), requests_in_error_stages(requests))
     if warmup_s > 0:
@@ -209,6 +217,37 @@ def client_windows(requests: pd.DataFrame, deployment, *, max_num_batched_tokens
         left_out = np.union1d(left_out, ok.index[arrival < first + warmup_s])
     table = table[~table["request_id"].isin(left_out)]
     return thin_windows(table, min_gap_s=min_gap_s, seed=seed)
+
+
+PHASE_VARIANCE = 1.0 / 12.0
+"""Variance, in squared steps, of the share of the in-flight step a new request waits for
+(uniform on [0, 1], mean RESIDUAL_STEP_FRACTION). A TTFT window that arrived while requests
+decoded records it in column `phase_var`, in squared *average* steps of the window (the
+in-flight decode step over the window's average step, both priced with the prior medians
+REFERENCE_BETA, squared, times this); other rows: 0 or absent."""
+
+REFERENCE_BETA = np.array([BETA_PRIORS[f]["median"] for f in BETA_FEATURES])
+"""Prior-median step coefficients: only to express one step in units of another."""
+
+
+def ttft_phase_share(obs: pd.DataFrame, steps_s, mean_s) -> float:
+    """How much of a configuration's step-noise variance (``sigma_step^2``; the likelihood's
+    relative variance of an n-step window is ``sigma_step^2 / n``) its TTFT windows owe to
+    where each request landed in the in-flight step, which the simulator draws itself: the
+    median, over the rows with a `phase_var`, of ``n x phase_var x (average step / window
+    mean)^2``. `obs`: the configuration's observation rows; `steps_s`, `mean_s`: their step
+    part and whole expected duration under the fitted coefficients. 0 without such rows
+    (OTEL-traced data, or tables written before the column existed)."""
+    if "phase_var" not in obs:
+        return 0.0
+    phase = obs["phase_var"].fillna(0.0).to_numpy(float)
+    mean = np.asarray(mean_s, float)
+    busy = (phase > 0) & (mean > 0)
+    if not busy.any():
+        return 0.0
+    n = obs["n_steps"].to_numpy(float)[busy]
+    per_step = np.asarray(steps_s, float)[busy] / n
+    return float(np.median(n * phase[busy] * (per_step / mean[busy]) ** 2))
 
 
 QUEUEING_TTFT_RATIO = 10.0

@@ -418,8 +418,10 @@ def source_model(source, hardware: str) -> str:
 def _thin_per_run(data: ModelData, max_obs_per_run: int | None, seed: int) -> ModelData:
     if not max_obs_per_run:
         return data
-    obs = data.obs.groupby(["run", "kind"], group_keys=False).apply(
-        lambda g: g.sample(min(len(g), max_obs_per_run // 2), random_state=seed))
+    # shuffle, then the first rows of each (run, kind): keeps every column (a groupby-apply
+    # drops the grouping columns in pandas 3, and every row became kind 'window', exact)
+    obs = data.obs.sample(frac=1.0, random_state=seed)
+    obs = obs.groupby(["run", "kind"], sort=False).head(max_obs_per_run // 2)
     return ModelData(data.configs, obs.reset_index(drop=True))
 
 

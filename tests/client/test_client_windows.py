@@ -75,6 +75,40 @@ def test_windows_recover_simulated_truth(async_scheduling):
     assert (wrong < 0.85) if async_scheduling else (wrong > 1.15)
 
 
+def test_ttft_phase_spread_matches_the_simulated_server():
+    """Without step noise the simulator's TTFTs still scatter about their windows' means:
+    where each request landed in the in-flight step. The windows record that spread
+    (`phase_var`: 1/12 of the in-flight step squared, in squared average steps of the
+    window), idle arrivals none, and `ttft_phase_share` gives the scatter's size in the
+    likelihood's units (n x relative variance), so the simulator, which draws the phase
+    itself, can take it out of its step noise."""
+    from bayesblis.client_windows import PHASE_VARIANCE, ttft_phase_share
+
+    dep = Deployment("llama-2-7b", "H100", tp=1)
+    w = generate([{"rate": 6.0, "duration": 120.0}], {"dist": "normal", "mean": 600, "std": 60},
+                 {"dist": "normal", "mean": 200, "std": 30}, seed=4)
+    cfg = EngineConfig(max_num_batched_tokens=2048, max_num_seqs=128, max_model_len=4096,
+                       kv_blocks_total=7000, enable_prefix_caching=False)
+    run = run_engine(w, cfg, deployment_constants(dep), BETA, ALPHA)
+    req = pd.DataFrame({"arrival_s": w.arrival_s, "ttft_s": run.ttft_s, "e2e_s": run.e2e_s,
+                        "prompt_tokens": w.prompt_tokens, "output_tokens": w.output_tokens,
+                        "has_error": False, "stage": 0})
+    obs = client_windows(req, dep, max_num_batched_tokens=2048, config="c", min_gap_s=0.0)
+    ttft = obs[obs["kind"] == "client_ttft"]
+    # uncached 600-token prompts: the prefill step is longer than the in-flight decode step
+    assert (ttft["phase_var"] > 0).mean() > 0.8 and (ttft["phase_var"] < PHASE_VARIANCE).all()
+    assert obs.loc[obs["kind"] == "client_decode_window", "phase_var"].isna().all()
+    steps = obs.filter(like="f_").to_numpy() @ BETA
+    mean = steps + obs.filter(like="a_").to_numpy() @ ALPHA
+    busy = (obs["phase_var"] > 0).to_numpy()
+    relative = obs["y_s"].to_numpy()[busy] / mean[busy] - 1
+    # a uniform phase: the median of its squared deviation is 3/4 of its variance
+    scatter = np.median(obs["n_steps"].to_numpy()[busy] * relative ** 2) / 0.75
+    share = ttft_phase_share(obs, steps, mean)
+    assert 0.75 * share < scatter < 1.33 * share, (scatter, share)
+    assert ttft_phase_share(obs.drop(columns="phase_var"), steps, mean) == 0.0
+
+
 def test_ttft_windows_count_the_requests_decoding_at_the_first_token():
     # three overlapping requests: B's first token comes while A decodes, C's while A and B do
     dep = Deployment("llama-2-7b", "H100", tp=1)

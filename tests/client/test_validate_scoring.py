@@ -125,3 +125,28 @@ def test_a_configuration_never_fitted_gets_its_spread_scaled_not_widened(source)
         posterior = np.log(rec[f"model_pred_{m}_hi"] / rec[f"model_pred_{m}_lo"])
     assert width["new configuration"] == pytest.approx(0.25 * posterior, rel=0.02)
     assert width["new run"] > posterior and width["new GPU"] == pytest.approx(width["new run"])
+
+
+def test_thinning_per_run_keeps_every_column():
+    """The fold fits' thinning keeps each (run, kind) to half the budget and every column:
+    a groupby-apply dropped `run` and `kind` under pandas 3, and every row then fitted as
+    an exact 'window' (no per-kind error) while the CLI fit kept them apart."""
+    import numpy as np
+    import pandas as pd
+
+    from bayesblis.model.data import ModelData
+    from bayesblis.validate import _thin_per_run
+
+    configs = pd.DataFrame({"config": ["c"], "model": ["m"], "model_family": ["f"],
+                            "arch": ["dense"], "hardware": ["H100-SXM"], "tp": [1], "ep": [1],
+                            "dtype": ["bf16"]})
+    n = 300
+    obs = pd.DataFrame({"config": "c", "y_s": 1.0, "n_steps": 10.0, "f_step_overhead_s": 1e-5,
+                        "kind": np.where(np.arange(n) % 3 == 0, "client_ttft", "client_decode_window"),
+                        "run": np.where(np.arange(n) < 200, "r1", "r2"),
+                        "phase_var": np.where(np.arange(n) % 3 == 0, 1 / 12, np.nan)})
+    thin = _thin_per_run(ModelData(configs, obs), 40, seed=1).obs
+    assert {"kind", "run", "phase_var"} <= set(thin.columns)
+    assert thin.groupby(["run", "kind"]).size().to_dict() == {
+        ("r1", "client_decode_window"): 20, ("r1", "client_ttft"): 20,
+        ("r2", "client_decode_window"): 20, ("r2", "client_ttft"): 20}

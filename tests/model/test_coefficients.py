@@ -109,3 +109,43 @@ def test_decode_compute_is_tied_to_prefill_compute_everywhere(tiny_fit):
     raw = np.arange(2.0 * len(features)).reshape(2, -1)
     tied = tie_columns(raw, features)
     assert (tied[:, d] == raw[:, p]).all() and raw[0, d] == d  # a copy, the input untouched
+
+
+def test_step_noise_leaves_out_the_ttft_arrival_phase(tiny_fit):
+    """The simulator's per-step noise is sigma_step less, in variance, the share a
+    configuration's client TTFT windows owe to the arrival phase; a configuration without
+    such windows (OTEL-traced, as the tiny fleet) keeps sigma_step."""
+    import copy
+
+    import pandas as pd
+
+    from bayesblis.coefficients import _stacked, step_noise
+    from bayesblis.client_windows import ttft_phase_share
+
+    _, path, _ = tiny_fit
+    post = load_posterior(path)
+    sigma = _stacked(post.idata.posterior, "sigma_step").values
+    np.testing.assert_array_equal(step_noise(post), sigma)
+    target = str(post.configs["config"].iloc[0])
+    obs = post.data.obs
+    ttft = obs[obs["config"] == target].head(20).assign(kind="client_ttft", n_steps=2.5,
+                                                          phase_var=1.0 / 12)
+    with_ttft = copy.copy(post)
+    with_ttft.data = copy.copy(post.data)
+    with_ttft.data.obs = pd.concat([obs, ttft], ignore_index=True)
+    noise = step_noise(with_ttft)
+    beta = post.idata.posterior["beta"].sel(config=target).mean(("chain", "draw")).values
+    alpha = post.idata.posterior["alpha"].sel(config=target).mean(("chain", "draw")).values
+    steps = ttft[[f"f_{f}" for f in post.beta_features]].to_numpy(float) @ beta
+    a_cols = [f"a_{f}" for f in post.alpha_features]  # a step-only table has none
+    mean = steps + ttft.reindex(columns=a_cols, fill_value=0.0).to_numpy(float) @ alpha
+    share = ttft_phase_share(ttft, steps, mean)
+    assert share > 0
+    np.testing.assert_allclose(noise[:, 0], np.sqrt(np.maximum(sigma[:, 0] ** 2 - share, 0)))
+    np.testing.assert_array_equal(noise[:, 1:], sigma[:, 1:])
+    config = post.configs.iloc[0]
+    draws = coefficient_draws(with_ttft, model=config["model"], model_family=config["model_family"],
+                              arch=config["arch"], hardware=config["hardware"], tp=int(config["tp"]),
+                              ep=int(config["ep"]), dtype=config["dtype"])
+    assert draws.config == target
+    np.testing.assert_allclose(np.sort(draws.noise_sigma), np.sort(noise[:, 0]))
