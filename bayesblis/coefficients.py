@@ -88,20 +88,22 @@ def step_noise(posterior) -> np.ndarray:
     if data is None or "phase_var" not in data.obs:
         return sigma
     post = posterior.idata.posterior
-    beta = post["beta"].mean(("chain", "draw"))
-    alpha = post["alpha"].mean(("chain", "draw"))
+    beta = post["beta"].mean(("chain", "draw")).sel({DIM_FEATURE: list(posterior.beta_features)})
+    alpha = post["alpha"].mean(("chain", "draw")).sel(
+        {DIM_ALPHA_FEATURE: list(posterior.alpha_features)})
     obs = data.obs
+    X = obs[[f"f_{f}" for f in posterior.beta_features]].to_numpy(float)
+    XA = data.alpha_matrix(list(posterior.alpha_features))
+    configs = obs["config"].astype(str).to_numpy()
+    busy = (obs["phase_var"].fillna(0.0) > 0).to_numpy()
     share = np.zeros(sigma.shape[1])
     for ci, key in enumerate(posterior.configs["config"].astype(str)):
-        rows = obs[obs["config"].astype(str) == key]
-        if not (rows["phase_var"].fillna(0.0) > 0).any():
+        mine = configs == key
+        if not busy[mine].any():
             continue
-        b = beta.isel({DIM_CONFIG: ci}).sel({DIM_FEATURE: list(posterior.beta_features)}).values
-        a = alpha.isel({DIM_CONFIG: ci}).sel({DIM_ALPHA_FEATURE: list(posterior.alpha_features)}).values
-        steps = rows[[f"f_{f}" for f in posterior.beta_features]].to_numpy(float) @ b
-        a_cols = [f"a_{f}" for f in posterior.alpha_features]
-        extra = rows.reindex(columns=a_cols, fill_value=0.0).to_numpy(float) @ a
-        share[ci] = ttft_phase_share(rows, steps, steps + extra)
+        steps = X[mine] @ beta.isel({DIM_CONFIG: ci}).values
+        mean = steps + XA[mine] @ alpha.isel({DIM_CONFIG: ci}).values
+        share[ci] = ttft_phase_share(obs[mine], steps, mean)
     return np.sqrt(np.maximum(sigma ** 2 - share[None, :], 0.0))
 
 

@@ -94,7 +94,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesblis.constants import CI_PROB
+from bayesblis.constants import CI_PROB, US
 
 WIDEN_SAMPLES = 50
 """Discrepancy samples per posterior draw (interval quantiles of the mixture)."""
@@ -180,8 +180,7 @@ def window_batch(obs) -> np.ndarray:
     ok = (steps > 0) & (obs["kind"].astype(str) != "operator_profile").to_numpy()
     batch = np.full(len(obs), np.nan)
     if "f_request_overhead_s" in obs:
-        per_request_s = 1e-6
-        batch[ok] = obs["f_request_overhead_s"].to_numpy(float)[ok] / (steps[ok] * per_request_s)
+        batch[ok] = obs["f_request_overhead_s"].to_numpy(float)[ok] / (steps[ok] * US)
     return batch
 
 
