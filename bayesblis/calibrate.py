@@ -77,10 +77,10 @@ DEFAULT_SAMPLER = {"draws": 1000, "tune": 300, "chains": 2, "target_accept": 0.9
 matrix. Llama-2-70B held out, calibrated on 300 s of one run (203 client windows), sampler
 seeds 1 / 2 / 3: 39 / 44 / 42 s, mean tree depth 5.6-5.8, bulk ESS 255 / 168 / 115, r_hat
 1.010 / 1.023 / 1.011, no divergences; in log-coefficient coordinates with Laplace
-preconditioning (the default until session 24) 68 / 72 / 63 s, depth 6.3-6.5, ESS 218 / 224
+preconditioning (the default before 2026-11-25) 68 / 72 / 63 s, depth 6.3-6.5, ESS 218 / 224
 / 69, r_hat 1.008 / 1.016 / 1.026. Laplace or a low-rank mass matrix in the sum coordinates
 were 3x faster but unreliable (r_hat up to 1.43, divergences in the prior-dominated tail;
-docs/measurements.md, session 24)."""
+docs/calibration.md)."""
 
 CALIBRATION_ATTR = "bayesblis_calibration_of"
 """Posterior-group attribute of a calibrated file: the parent posterior's path."""

@@ -17,11 +17,11 @@ per normal-load stage::
     sd      = sqrt(max(0, sd_obs^2 - sd_post^2))
 
 (for an interval of probability p, the p quantile and its normal z). The 90% quantile rather
-than a normal sd from the median |d| (1.4826 median(|d|), used up to session 20): the stage
+than a normal sd from the median |d| (1.4826 median(|d|), used before model version 5): the stage
 errors have heavier tails than a normal (the `general` 20 req/s stages), so the MAD-based
 intervals covered 70-80% of TTFT and E2E p90 stage means held out by experiment on seed 2;
 scaled from the quantile at the interval's level they cover what that level promises
-(docs/measurements.md, session 20).
+(docs/history.md, model version 5).
 
 A fold's discrepancy comes from the *other* folds' held-out errors (cross-validation
 residuals, as in CV+ intervals): errors of runs a fit has seen understate a new run's

@@ -274,7 +274,7 @@ DEFAULT_DRAWS = {"experiment": 30, "model": 150}
 """Posterior draws simulated per held-out experiment. The scored median of n draws has a
 Monte Carlo error of about 1.25 sd / sqrt(n) (sd: the predictive log spread). Held out by
 experiment the spread is ~0.02, so 30 draws leave ~0.4%; held out by model it is ~0.2, so
-30 draws left ~4.5%, as large as the errors scored (session 19, docs/measurements.md), and
+30 draws left ~4.5%, as large as the errors scored (model version 4, docs/accuracy.md), and
 150 leave ~2%."""
 
 PROFILE_ROWS_PER_CONFIG = 12

@@ -10,7 +10,7 @@ per second). Per model it fits residual = a + b x load by least squares (windows
 
 A model that prices the API server's return of each token behind the others decoding
 (`alpha_frontend_s`, model version 6) should leave no slope; model version 5 left
-0.4-1.1 ms per thousand tokens/s on every model (docs/measurements.md, session 22).
+0.4-1.1 ms per thousand tokens/s on every model (docs/model.md).
 
 Usage:
     python3 benchmarks/ttft_load_residuals.py POSTERIOR.nc [--data DIR] [--draws 60]

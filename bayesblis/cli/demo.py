@@ -117,7 +117,7 @@ def _ms(v):
               help="Fit method: NUTS (nutpie) or ADVI.")
 @click.option("--draws", type=click.IntRange(min=10), default=2000, show_default=True,
               help="Posterior draws per chain (tuning steps: as many). At 300 the fit failed "
-                   "its diagnostics (docs/measurements.md, session 23).")
+                   "its diagnostics (docs/sampler.md, model version 7).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of truth, traffic and fit.")
 @click.option("--max-obs-per-config", type=click.IntRange(min=20), default=400, show_default=True,
               hidden=True, help="Window observations kept per configuration (subsample).")

@@ -9,15 +9,15 @@ from bayesblis.model.laplace import CHOICES as LAPLACE_CHOICES
 DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.98}
 """Sampler defaults of NUTS on rows: the quick tour (16 shared runs) went from r_hat 1.029,
 bulk ESS 142, 1 divergence at 500 / 500 / 0.9 to 1.009-1.010, 181-257, 0-3 (seeds 1-2,
-session 17, 1,000 draws), with session 18's model to 1.007, 416-481, 0-1, and with session 19's GEMV
-factor 1.017 / 1.007, 340 / 397, 1 / 0, with session 20's TP all-reduce floor 1.006 / 1.006,
-401 / 432, 1 / 0; model version 6 (session 22): 1.010 / 1.005, 332 / 535, tail ESS 184 / 401,
+model version 3, 1,000 draws), with the centred run factors to 1.007, 416-481, 0-1, and with version 4's GEMV
+factor 1.017 / 1.007, 340 / 397, 1 / 0, with version 5's TP all-reduce floor 1.006 / 1.006,
+401 / 432, 1 / 0; model version 6: 1.010 / 1.005, 332 / 535, tail ESS 184 / 401,
 0 / 0 at 1,000 draws (seed 1 fails on tail ESS), 1.003 / 1.006 / 1.005, 494 / 751 / 428,
 tail 282 / 730 / 284, 0 / 0 / 0 at 1,500 draws (seeds 1-3 pass; 107-204 s); model version 7
-(session 23, TP all-reduce per GPU): 1.006 / 1.004, 402 / 679, 1 / 2 divergences at 1,500
+(TP all-reduce per GPU): 1.006 / 1.004, 402 / 679, 1 / 2 divergences at 1,500
 draws and 0.95, 1.011 / 1.013 and no divergences at 0.98, 1.007 / 1.005, 493 / 611, tail 532 /
 525, 0 / 0 at 2,000 draws and 0.98 (seeds 1-2 pass; 236-248 s two fits at a time)
-(docs/measurements.md, sampler diagnostics)."""
+(docs/sampler.md)."""
 SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
 """Sampler defaults of --method summary (benchmarks/large_fit.py: clean at 200k-5M rows)."""
 
@@ -53,7 +53,7 @@ SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
 @click.option("--target-accept", default=None, type=float,
               help="NUTS target acceptance [default: 0.98]; raising it (e.g. 0.99) takes "
                    "smaller steps, slower, and does not always remove divergences "
-                   "(docs/measurements.md, sampler diagnostics).")
+                   "(docs/sampler.md).")
 @click.option("--seed", default=1, show_default=True, type=int)
 @click.option("--quiet", is_flag=True,
               help="No progress display (also off when stderr is not a terminal, and in CI).")

@@ -225,7 +225,7 @@ class LatencyModel:
             if data.has_repeated_runs():
                 tau_run = pm.HalfNormal("tau_run", hyper["tau_run"])
                 # centred: hundreds of windows pin each run's factor, so a non-centred
-                # z_run made tau_run the slowest direction of the quick tour (session 18)
+                # z_run made tau_run the slowest direction of the quick tour (model version 3)
                 free = pm.Normal("run_log_free", 0.0, tau_run, dims="run")
                 centring = pm.Data("run_centring", data.run_centring(runs))
                 run_log_factor = free - pt.dot(centring, free)
@@ -668,7 +668,7 @@ def _level_scale(name, short, hyper, dims=None, n_groups=None):
     - the spread of a PROPORTIONAL_GROUPS sum around its physics sum, always: the population
       coefficients have as many level effects as there are configurations to explain, so a
       learnt spread collapses towards 0 (the demo fleet's divergences all sat at
-      ``tau_step_const`` 0.004-0.03 and ``tau_kv`` 0.02, docs/measurements.md, session 23).
+      ``tau_step_const`` 0.004-0.03 and ``tau_kv`` 0.02, docs/sampler.md, model version 6).
 
     A learnt configuration scale gets a log-normal prior (median the hyper value, log sd
     CONFIG_SCALE_LOG_SD), which, unlike the zero-avoiding Gamma(2) it replaced, has no mass

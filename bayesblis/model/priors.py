@@ -58,7 +58,7 @@ BETA_PRIORS = {
     # 1.78). Unfloored, fits of the shared runs put it at ~0.22 (4.5x the link), and the
     # floor makes held-out predictions better: by model E2E 5.6 / 3.5% -> 3.7 / 3.1%
     # (seeds 1 / 2), overloaded stages 13.2 / 15.2% -> 9.6 / 7.3% (docs/measurements.md,
-    # session 20; in session 15, scored on 30 draws and without the GEMV factor, it looked
+    # model version 5; earlier, scored on 30 draws and without the GEMV factor, it looked
     # worse). One value per GPU (the interconnect and NCCL, like tp_sync_s): with family
     # and dense/MoE effects a model alone in its family at TP > 1 priced its per-token
     # cost with its own compute effect or its own all-reduce effect, a curved ridge that
@@ -97,7 +97,7 @@ ALPHA_PRIORS = {
     # tokenizer on one core runs about 1-5 M tokens/s, 0.2-1 µs a token; 90% prior
     # [0.16, 1.6] µs. Prompts of one workload have nearly one length, so the constant
     # above and this slope form a ridge; at log_sd 1.5 ([0.04, 5.9] µs) the quick tour's
-    # slowest direction was this pair (docs/measurements.md, session 18).
+    # slowest direction was this pair (docs/sampler.md, model version 3).
     "alpha_prompt_s": {"median": 0.5, "log_sd": 0.7, "levels": ("hardware",)},
     # Per output token (detokenization, streaming): a client decode window holds n steps
     # and n of these delays, so inside a configuration it is exactly proportional to the
