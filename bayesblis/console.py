@@ -15,3 +15,13 @@ def show_progress(quiet: bool = False, stream=None) -> bool:
         return False
     stream = sys.stderr if stream is None else stream
     return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def progress_bar(iterable=None, *, quiet: bool = False, shown: bool | None = None, **kwargs):
+    """A tqdm bar on stderr drawn only when `show_progress(quiet)` says so (or `shown`, a
+    caller's own decision); `kwargs` go to tqdm (``desc``, ``unit``, ``total``, ...)."""
+    from tqdm import tqdm
+
+    if shown is None:
+        shown = show_progress(quiet)
+    return tqdm(iterable, disable=not shown, file=sys.stderr, **kwargs)

@@ -677,15 +677,16 @@ class Fleet:
 
 
 def generate_fleet(spec, out_dir, *, seed: int = 0, truth: Truth | None = None,
-                   progress: bool = True) -> Fleet:
+                   progress: bool | None = None) -> Fleet:
     """Simulate every run of `spec` (a FleetSpec or preset name) into `out_dir`.
 
     Layout: ``out_dir/runs/<run>/`` (training runs: ingest ``out_dir/runs``),
     ``out_dir/heldout/<run>/`` (held-out runs, when `spec.heldout_traces`),
     ``out_dir/truth.json`` and ``out_dir/fleet.json`` (spec + per-run summary).
     `truth` defaults to `Truth(seed)`; run `i` is simulated with seed `seed * 1000 + i`.
+    `progress`: draw a bar of the runs (None: `console.show_progress()`).
     """
-    from tqdm import tqdm
+    from bayesblis.console import progress_bar
 
     from bayesblis import __version__
 
@@ -705,7 +706,7 @@ def generate_fleet(spec, out_dir, *, seed: int = 0, truth: Truth | None = None,
             continue
         todo.append((i, r))
     rows, configs = [], {}
-    bar = tqdm(todo, desc="fleet", unit="run", disable=not progress)
+    bar = progress_bar(todo, shown=progress, desc="fleet", unit="run")
     for i, run in bar:
         bar.set_postfix_str(run.name[:40])
         run_seed = seed * 1000 + i

@@ -142,14 +142,12 @@ def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chai
             sim_duration_s, kinds, nuts_backend, laplace, quiet):
     """Run the whole pipeline on a synthetic fleet with a known truth and compare the
     held-out configuration's coefficients and latencies to it."""
-    from tqdm import tqdm
-
     from bayesblis.atomic import write_json
     from bayesblis.constants import CI_PROB
     from bayesblis.io.dataset import ingest
     from bayesblis.synth import FleetSpec, generate_fleet
 
-    from bayesblis.console import show_progress
+    from bayesblis.console import progress_bar, show_progress
 
     progress = show_progress(quiet)
     out = Path(out)
@@ -167,7 +165,7 @@ def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chai
 
     # 2 -------------------------------------------------------------------- ingest
     ph.start("ingest", "ingesting the OTEL traces of the training runs")
-    wrap = (lambda items: tqdm(items, desc="ingest", unit="run")) if progress else None
+    wrap = (lambda items: progress_bar(items, shown=True, desc="ingest", unit="run")) if progress else None
     dataset = ingest([fleet.root / "runs"], progress=wrap)
     dataset.save(out / "dataset")
     ph.done(f"{len(dataset)} sources -> {out / 'dataset'}")
@@ -242,8 +240,8 @@ def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chai
     rng_draws = deployment_draws(posterior, dep, n_draws=sim_draws, seed=seed)
     d_post = Draws.from_coefficient_draws(rng_draws, source=f"posterior {post_path}")
     d_true = fleet.true_draws(key, max(5, sim_draws // 4))
-    bar = tqdm(total=d_post.n_draws + d_true.n_draws, desc="simulate", unit="draw",
-               disable=not progress)
+    bar = progress_bar(total=d_post.n_draws + d_true.n_draws, shown=progress, desc="simulate",
+                       unit="draw")
     res_post = run_scenario(sc, d_post, seed=seed, deployment=dep, progress=lambda i: bar.update(1))
     res_true = run_scenario(sc, d_true, seed=seed + 7, deployment=dep,
                             progress=lambda i: bar.update(1))

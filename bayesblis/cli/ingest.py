@@ -20,15 +20,16 @@ import click
                    "this process (same dataset).")
 @click.option("--dask-workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="Worker processes of --scheduler local.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", is_flag=True,
+              help="No progress bar (also off when stderr is not a terminal, and in CI).")
 def command(paths, out, sample, hardware, scheduler, dask_workers, quiet):
     """Read inference-perf folders, OTEL traces.json, kv_events.jsonl, TraceV2 pairs or
     operator-profiles folders (compute/**/mlp.csv, network/*/all_reduce.csv)
     (kind auto-detected; a folder of experiments expands to its children) into a
     dataset folder, and print one summary row per source."""
     import pandas as pd
-    from tqdm import tqdm
 
+    from bayesblis.console import progress_bar
     from bayesblis.distributed import check_scheduler
     from bayesblis.io.dataset import ingest, sample_paths, warn_unknown_name
 
@@ -43,7 +44,7 @@ def command(paths, out, sample, hardware, scheduler, dask_workers, quiet):
     t0 = time.perf_counter()
 
     def progress(items):
-        return tqdm(items, desc="ingest", unit="input", disable=quiet, leave=False)
+        return progress_bar(items, quiet=quiet, desc="ingest", unit="input", leave=False)
 
     ds = ingest(paths, progress=progress, scheduler=scheduler, dask_workers=dask_workers)
     if hardware:

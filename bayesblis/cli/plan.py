@@ -55,7 +55,8 @@ from bayesblis.cli.discrepancy_option import discrepancy_option, resolve_discrep
               help="Threads running draws in parallel per evaluation (default: all CPUs).")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("plan.json"), help="PLAN.json to write (data_specs/plan.md).")
-@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--no-progress", is_flag=True,
+              help="No progress bar (also off when stderr is not a terminal, and in CI).")
 @discrepancy_option
 def command(scenario, more_options, posterior, slo_text, prob, options, draws, duration_s,
             hardware, replay, allow_unseen, start_rate, min_rate, max_rate, rel_tol, max_evals,
@@ -64,10 +65,9 @@ def command(scenario, more_options, posterior, slo_text, prob, options, draws, d
     TraceV2 header.yaml), find the highest arrival rate at which all SLOs hold with
     posterior probability >= --prob, and write PLAN.json (probability-vs-rate curves,
     GPUs, tokens/s per GPU at capacity)."""
-    from tqdm import tqdm
-
     from bayesblis.atomic import write_json
     from bayesblis.catalog.models import load_model
+    from bayesblis.console import progress_bar
     from bayesblis.plan import (PlanSpecError, SearchSettings, default_duration_s,
                                 default_start_rate, format_plan, parse_options, parse_slos, run_plan)
     from bayesblis.simulate.scenario import load_scenario
@@ -112,7 +112,7 @@ def command(scenario, more_options, posterior, slo_text, prob, options, draws, d
                                  param_hint="'--min-rate' / '--max-rate'")
     click.echo(f"{len(settings)} option(s) x {draws} draws, {dur:g} s of traffic per rate, "
                f"start {search.start_rate:g} req/s, search range [{lo:.3g}, {hi:.3g}] req/s")
-    bar = tqdm(total=len(settings), desc="plan", unit="option", disable=True if no_progress else None)
+    bar = progress_bar(total=len(settings), quiet=no_progress, desc="plan", unit="option")
 
     def on_eval(label, rec):
         bar.set_postfix_str(f"{label} {rec['rate_per_s']:.3g} req/s P={rec['p_all']:.2f}")

@@ -44,9 +44,8 @@ def command(scenario, posterior, coefficients, draws, hardware, replay, allow_un
             out):
     """Simulate SCENARIO (scenario YAML, inference-perf folder or TraceV2 header.yaml)
     once per coefficient draw and write RESULT.json (latency metrics with intervals)."""
-    from tqdm import tqdm
-
     from bayesblis.atomic import write_json
+    from bayesblis.console import progress_bar
     from bayesblis.distributed import check_scheduler
     from bayesblis.simulate.results import Draws, load_coefficients, run_scenario
     from bayesblis.simulate.scenario import load_scenario
@@ -72,7 +71,7 @@ def command(scenario, posterior, coefficients, draws, hardware, replay, allow_un
         if d.noise_sigma[0] > 0 and draws > 1:  # fixed coefficients: draws vary the noise only
             d = Draws(d.beta.repeat(draws, 0), d.alpha.repeat(draws, 0),
                       d.noise_sigma.repeat(draws), d.noise_nu.repeat(draws), d.source)
-    with tqdm(total=d.n_draws, desc="draws", unit="draw", disable=None) as bar:
+    with progress_bar(total=d.n_draws, desc="draws", unit="draw") as bar:
         result = run_scenario(sc, d, seed=seed, max_duration_s=max_duration_s,
                               progress=lambda i: bar.update(1), deployment=deployment,
                               n_workers=workers, scheduler=scheduler, chunk_size=chunk_size,

@@ -22,8 +22,9 @@ def describe_data(data: ModelData) -> str:
 
 
 def fit_and_save(data: ModelData, out_path, *, method="nuts", priors=None, sampler_config=None,
-                 echo=print, progressbar=True):
-    """Build, fit, diagnose and save; return the fitted LatencyModel.
+                 echo=print, progressbar=None):
+    """Build, fit, diagnose and save; return the fitted LatencyModel (``progressbar=None``:
+    progress displays only for a person at a terminal, `console.show_progress`).
 
     The diagnostics are echoed as one block (PASS/FAIL and every failed threshold), so the
     `DiagnosticsWarning` that says the same is not shown again, and PyMC's INFO line
@@ -33,6 +34,10 @@ def fit_and_save(data: ModelData, out_path, *, method="nuts", priors=None, sampl
     from bayesblis.model.hierarchy import LatencyModel
     from bayesblis.model.store import save_posterior
 
+    if progressbar is None:
+        from bayesblis.console import show_progress
+
+        progressbar = show_progress()
     echo(describe_data(data))
     model = LatencyModel(priors=priors, sampler_config=sampler_config)
     if method == "summary":

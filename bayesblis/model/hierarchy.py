@@ -373,12 +373,18 @@ class LatencyModel:
             self.idata.extend(prior)
         return prior
 
-    def fit(self, method: str = "nuts", progressbar: bool = True, **overrides):
+    def fit(self, method: str = "nuts", progressbar: bool | None = None, **overrides):
         """Sample the posterior: ``method='nuts'`` (nutpie, or 'pymc' NUTS) or 'advi'.
 
         Diagnostics are computed, printed by the caller, and kept in `fit_info`.
+        ``progressbar=None``: the sampler's display only for a person at a terminal
+        (`bayesblis.console.show_progress`).
         """
         self._require_model()
+        if progressbar is None:
+            from bayesblis.console import show_progress
+
+            progressbar = show_progress()
         cfg = {**self.sampler_config, **overrides}
         self._importance = None
         started = time.perf_counter()
