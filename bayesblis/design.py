@@ -8,9 +8,12 @@ configuration row (`model.data.config_row`) and its window observations:
   queue-to-first-token windows, alpha windows);
 - inference-perf sources: `bayesblis.client_windows.client_observations(source,
   deployment)` (skipped with a warning while that module is missing);
+- BLIS TraceV2/V3 sources: the same client windows, from the trace's client-side request
+  table (`io.tracev2.client_requests`; each row's shared prefix from its
+  `prefix_length`): a run written both ways gives the same observations;
 - operator-profile sources: `bayesblis.operator_evidence.source_observations` (their own
   configuration rows, kind ``operator_profile``; no deployment settings needed);
-- other kinds (KV events alone, TraceV2): no observations (a warning says so).
+- other kinds (KV events alone): no observations (a warning says so).
 
 Configuration rows are deduplicated (several traces of one configuration share its
 coefficients). `max_obs_per_config` subsamples each configuration's rows (seeded).
@@ -62,6 +65,39 @@ def _client_observations():
     return client_observations
 
 
+def trace_v2_source_requests(source) -> pd.DataFrame:
+    """The client-side request table of an ingested TraceV2 source
+    (`io.tracev2.client_requests` of its rows and header)."""
+    from bayesblis.io.tracev2 import client_requests
+
+    return client_requests(source.tables["requests"], (source.extra or {}).get("header") or {})
+
+
+def trace_v2_observations(source, deployment) -> pd.DataFrame:
+    """Client windows of an ingested TraceV2/V3 source: as `client_windows.client_observations`
+    on the trace's client-side request table, with each request's shared prefix its own
+    `prefix_length` (an inference-perf run has one `system_prompt_len` for all) and a
+    repeated prompt cached whole; the warm-up as for inference-perf runs (`WARMUP_S`, none
+    for a source `calibrate.truncate_source` cut)."""
+    from bayesblis.client_windows import WARMUP_S, client_windows
+    from bayesblis.io.prompt_reuse import repeated_prompts
+
+    settings = source.settings
+    requests = trace_v2_source_requests(source)
+    prefix = 0
+    if settings.get("enable_prefix_caching", True):
+        _, repeat = repeated_prompts(requests)
+        prefix = np.where(repeat, requests["prompt_tokens"].to_numpy(float),
+                          requests["prefix_tokens"].to_numpy(float))
+    return client_windows(requests, deployment,
+                          max_num_batched_tokens=int(settings.get("max_num_batched_tokens") or 2048),
+                          block_size=int(settings.get("block_size") or 16),
+                          prefix_tokens=prefix, config=config_row(deployment)["config"],
+                          source=source.name,
+                          warmup_s=0.0 if "calibration_windows" in source.meta else WARMUP_S,
+                          async_scheduling=bool(settings.get("async_scheduling", True)))
+
+
 def source_observations(source, deployment, *, kinds=None) -> tuple[pd.DataFrame, dict]:
     """Observation rows of one source (without the `config` column filled) and a summary."""
     if source.kind == "otel":
@@ -72,13 +108,14 @@ def source_observations(source, deployment, *, kinds=None) -> tuple[pd.DataFrame
         mnbt = int(source.settings.get("max_num_batched_tokens") or 2048)
         return otel_observations(trace, deployment, mnbt, source=source.name, offload=offload,
                                  kinds=otel_kinds)
-    if source.kind == "inference_perf":
+    if source.kind in ("inference_perf", "trace_v2"):
         fn = _client_observations()
         if fn is None:
             warnings.warn(f"source '{source.name}': bayesblis.client_windows is not available yet; "
-                          f"inference-perf source skipped", stacklevel=3)
+                          f"{source.kind} source skipped", stacklevel=3)
             return pd.DataFrame(columns=list(OBS_COLUMNS)), {"skipped": "client_windows unavailable"}
-        obs = pd.DataFrame(fn(source, deployment)).copy()
+        obs = pd.DataFrame(fn(source, deployment) if source.kind == "inference_perf"
+                           else trace_v2_observations(source, deployment)).copy()
         if obs.empty:
             return pd.DataFrame(columns=list(OBS_COLUMNS)), {
                 "skipped": "no usable window (every stage queued or had client errors)"}
@@ -115,12 +152,12 @@ def build_model_data(dataset, *, hardware: str | None = None, kinds=None,
                     configs.setdefault(row["config"], row)
                 parts.append(obs)
             continue
-        if src.kind in ("kv_events", "trace_v2"):
+        if src.kind in ("kv_events", "kernel_db"):
             warnings.warn(f"source '{src.name}' ({src.kind}): no window observations from this kind "
                           f"of source; skipped", stacklevel=2)
             summary[src.name] = {"skipped": f"kind {src.kind}"}
             continue
-        if src.kind == "inference_perf" and _client_observations() is None:
+        if src.kind in ("inference_perf", "trace_v2") and _client_observations() is None:
             warnings.warn(f"source '{src.name}': bayesblis.client_windows is not available yet; "
                           f"inference-perf source skipped", stacklevel=2)
             summary[src.name] = {"skipped": "client_windows unavailable"}

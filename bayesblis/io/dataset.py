@@ -30,7 +30,7 @@ from bayesblis.io.text import load_json_checked, type_name
 
 FORMAT = "bayesblis-dataset"
 FORMAT_VERSION = 1
-KINDS = ("inference_perf", "otel", "kv_events", "trace_v2", "operator_profiles")
+KINDS = ("inference_perf", "otel", "kv_events", "trace_v2", "operator_profiles", "kernel_db")
 OK_FINISH = ("stopped", "length", "finished")
 SAMPLES_DIR = Path(__file__).resolve().parents[1] / "data" / "samples"
 
@@ -200,7 +200,7 @@ def _first_char(path: Path) -> str:
 
 def detect_kind(path) -> str | None:
     """'inference_perf' | 'otel_run' | 'otel' | 'kv_events' | 'trace_v2' | 'operator_profiles'
-    | 'parent' | None."""
+    | 'kernel_db' | 'parent' | None."""
     from bayesblis.io.inference_perf import is_inference_perf_folder
 
     path = Path(path)
@@ -213,6 +213,10 @@ def detect_kind(path) -> str | None:
 
         if is_operator_profiles_folder(path):  # compute/**/mlp.csv, network/*/all_reduce.csv
             return "operator_profiles"
+        from bayesblis.io.kernel_db import is_kernel_db_folder
+
+        if is_kernel_db_folder(path):  # <gpu>/<op>/<framework>/<version>/collection_meta.yaml
+            return "kernel_db"
         if any(detect_kind(c) for c in sorted(path.iterdir()) if c.is_dir()):
             return "parent"
         return None
@@ -363,7 +367,12 @@ def _source_kv(path: Path) -> Source:
 
 
 def _source_trace_v2(path: Path) -> Source:
-    from bayesblis.io.tracev2 import read_trace_v2
+    """A TraceV2/V3 pair as a source: the header's `server:` block (`tracev2.server_settings`:
+    BLIS's keys and bayesblis's extensions, e.g. `kv_blocks_total_gpu`, `hardware`) gives
+    the settings; a `<stem>.deployment.yaml`, else a `deployment.yaml`, beside the header
+    (as for inference-perf and OTEL runs; BLIS never reads it) overrides those it sets to
+    other than vLLM's defaults, and names the hardware."""
+    from bayesblis.io.tracev2 import read_trace_v2, server_settings
     from bayesblis.io.vllm_settings import VllmSettings
 
     if path.suffix.lower() == ".csv":
@@ -372,23 +381,28 @@ def _source_trace_v2(path: Path) -> Source:
     else:
         header, data = path, path.with_suffix(".csv")
     tv = read_trace_v2(header, data)
-    server = tv.header.get("server") or {}
-    names = {"model": "model", "tensor_parallel": "tp", "max_num_seqs": "max_num_seqs", "block_size": "block_size",
-             "gpu_memory_utilization": "gpu_memory_utilization", "max_model_len": "max_model_len"}
-    kwargs = {ours: server[theirs] for theirs, ours in names.items() if server.get(theirs)}
-    try:
-        settings = VllmSettings(**kwargs)
-    except InputError as exc:
-        theirs = {ours: theirs for theirs, ours in names.items()}
-        raise InputError(header, exc.message, field=f"server.{theirs.get(exc.field, exc.field)}",
-                         expected=exc.expected) from None
-    _warn_unknown_names(settings.to_dict(), {"model": f"{header}, field 'server.model'"})
-    tables = {"requests": tv.requests}
+    server = server_settings(tv.header, header)
+    hardware = server.pop("hardware", None)
+    settings = _settings_dict(VllmSettings(**server), hardware=hardware)
+    origin = {"model": f"{header}, field 'server.model'", "hardware": f"{header}, field 'server.hardware'"}
     inputs = [file_info(header), file_info(data)]
+    name = data.stem
+    for dep in (header.with_name(f"{header.stem}.deployment.yaml"), header.parent / "deployment.yaml"):
+        if dep.is_file():
+            found = _read_deployment(dep)
+            default = _settings_dict()
+            settings.update({k: v for k, v in found["settings"].items()
+                             if v is not None and v != default.get(k)})
+            name = found["name"] or name
+            inputs.append(file_info(dep))
+            origin.update({k: f"{dep}, field '{k}'" for k in ("model", "hardware") if found["settings"].get(k)})
+            break
+    _warn_unknown_names(settings, origin)
+    tables = {"requests": tv.requests}
     if tv.itl is not None:
         tables["itl"] = tv.itl
         inputs.append(file_info(Path(str(data) + ".itl.csv")))
-    return Source(kind="trace_v2", name=data.stem, settings=_settings_dict(settings), tables=tables,
+    return Source(kind="trace_v2", name=name, settings=settings, tables=tables,
                   extra={"header": tv.header}, inputs=inputs, meta={"path": str(data.resolve()), **tv.meta})
 
 
@@ -435,6 +449,10 @@ def ingest_one(kind: str, path: Path) -> Source:
         from bayesblis.io.operator_profiles import source_operator_profiles
 
         return source_operator_profiles(path)
+    if kind == "kernel_db":
+        from bayesblis.io.kernel_db import source_kernel_db
+
+        return source_kernel_db(path)
     raise ValueError(f"unknown kind {kind!r}")
 
 
