@@ -10,14 +10,14 @@ held-out runs, predicted by a fit that never saw them) are compared with what wa
 per normal-load stage::
 
     d[stage, metric] = log(measured / predicted median)
-    sd_obs  = quantile(|d|, 0.9) / 1.645      (the 90% interval's own quantile, about zero:
+    sd_obs  = quantile(abs(d), 0.9) / 1.645      (the 90% interval's own quantile, about zero:
                                                 an offset counts too; stages at a queueing
                                                 cliff are left out before, as overloaded)
     sd_post = median over stages of log(hi / lo) / (2 * 1.645)   (the predictive's own spread)
     sd      = sqrt(max(0, sd_obs^2 - sd_post^2))
 
 (for an interval of probability p, the p quantile and its normal z). The 90% quantile rather
-than a normal sd from the median |d| (1.4826 median(|d|), used before model version 5): the stage
+than a normal sd from the median abs(d) (1.4826 median(abs(d)), used before model version 5): the stage
 errors have heavier tails than a normal (the `general` 20 req/s stages), so the MAD-based
 intervals covered 70-80% of TTFT and E2E p90 stage means held out by experiment on seed 2;
 scaled from the quantile at the interval's level they cover what that level promises
@@ -74,7 +74,7 @@ was within 5%. So a new run of a fitted configuration also gets an extrapolation
     x        = max(0, log(in flight / fitted load))     (`load_excess`; in flight: rate x
                                                          predicted median E2E, Little's law;
                                                          fitted load: `fitted_load`)
-    slope    = the k-th smallest |d| / x over held-out stages with x > 0   (as `spread_scale`)
+    slope    = the k-th smallest abs(d) / x over held-out stages with x > 0   (as `spread_scale`)
     sd(x)    = sqrt(sd^2 + (slope x / z)^2)      (sd: from the stages with x = 0 only)
 
 so the extrapolation alone makes the `ci_prob` interval ``exp(+-slope x)`` wide. Measured
@@ -101,7 +101,7 @@ WIDEN_SAMPLES = 50
 
 
 def quantile_sd(log_ratios, ci_prob: float = 0.9) -> float:
-    """quantile(|d|, ci_prob) / z: the normal sd whose equal-tailed `ci_prob` interval about
+    """quantile(abs(d), ci_prob) / z: the normal sd whose equal-tailed `ci_prob` interval about
     zero is as wide as the one the errors d = log(measured / predicted) need."""
     from scipy.stats import norm
 
@@ -212,7 +212,7 @@ def load_excess(stage_load: float | None, fitted: float | None) -> float:
 def extrapolation_slope(records: list[dict], metrics, ci_prob: float = 0.9) -> dict:
     """{metric: {"slope", "n_stages"}} from validation-style records of held-out predictions
     of fitted configurations (``seen_config``) with a ``load_excess`` x > 0: the conformal
-    quantile (as `spread_scale`) of |log(measured / median)| / x."""
+    quantile (as `spread_scale`) of abs(log(measured / median)) / x."""
     out = {}
     for metric in metrics:
         rows = [r for r in records if not r["overloaded"] and r.get("seen_config", True)

@@ -117,6 +117,7 @@ STRUCTURED_EFFECTS = {
 - hardware TP all-reduce: H100/H200 0, A100 +0.05, L40S +0.15 (PCIe, no NVLink);
 - arch: MoE grouped GEMMs and routing: prefill compute +0.15, decode compute +0.10,
   weight traffic +0.10, per-layer overhead +0.15 (dense 0).
+
 Every other (level, coefficient) effect is drawn from Normal(0, LEVEL_SCALES[level])."""
 
 _ADDED_LATER = ("kv_token_layer_s", "tp_sync_s")

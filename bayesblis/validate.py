@@ -213,7 +213,7 @@ CALIBRATION_LEVELS = (0.5, 0.8, 0.9)
 
 def pit_calibration(pit) -> dict:
     """{"central_50": share, ...}: the share of measured values inside the predictive's central
-    p interval (|PIT - 0.5| <= p / 2) at each level of `CALIBRATION_LEVELS`; calibrated
+    p interval (abs(PIT - 0.5) <= p / 2) at each level of `CALIBRATION_LEVELS`; calibrated
     predictions give about p at every level, and a plan's stated SLO probabilities hold."""
     u = np.asarray(pit, float)
     u = u[np.isfinite(u)]

@@ -1,4 +1,4 @@
-"""`bayesblis ingest PATH... --out DATASET`: read traces into a dataset folder."""
+"""`bayesblis ingest PATH [PATH ...] --out DATASET`: read traces into a dataset folder."""
 
 from __future__ import annotations
 

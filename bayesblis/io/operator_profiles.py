@@ -86,7 +86,7 @@ class OperatorProfiles:
 
 
 def is_operator_profiles_folder(path) -> bool:
-    """True for a folder holding compute/**/mlp.csv and/or network/*/all_reduce.csv."""
+    """True for a folder holding `compute/**/mlp.csv` and/or `network/*/all_reduce.csv`."""
     path = Path(path)
     if not path.is_dir():
         return False

@@ -1,6 +1,6 @@
 """Checked reading of text inputs. Every reader opens its text, JSON, YAML and CSV files
 through here, so unreadable or undecodable bytes, empty files and truncated or invalid
-JSON/YAML become one-line `InputError`s naming the file, the line (and byte offset for
+JSON/YAML become one-line `InputError` errors naming the file, the line (and byte offset for
 undecodable bytes) and what was expected -- never a traceback."""
 
 from __future__ import annotations

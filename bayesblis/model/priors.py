@@ -17,6 +17,7 @@ whole coefficient, so a floor would not hold per configuration without re-parame
 the groups. The bound report flags them when a fit puts them below 1 (or above 5).
 
 Where the centres come from (see data_specs/features.md):
+
 - compute: 1/MFU from the BLIS hardware table (H100 prefill MFU 0.45 -> ~2.2);
 - weight traffic ~1.0-1.4 (decode streams weights at about peak HBM bandwidth);
 - KV traffic ~1.3-1.5; TP all-reduce ~1.2 (operator profiles, H100 NVLink; published
