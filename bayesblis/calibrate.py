@@ -93,7 +93,8 @@ def truncate_source(source, *, max_requests: int | None = None,
     arrival) and/or those arriving in its first `first_seconds` seconds, both counted after
     a warm-up of `warmup_s` seconds.
 
-    inference-perf: the request table is cut after the last kept request (warm-up requests
+    inference-perf and BLIS TraceV2/V3 (its client-side request table,
+    `io.tracev2.client_requests`): the request table is cut after the last kept request (warm-up requests
     kept: they share the batch timeline). The timeline is complete only up to the last
     kept arrival (later requests are unknown), so only windows inside [end of warm-up,
     last kept arrival] are exact: ``meta["calibration_windows"]`` records that span and
@@ -103,8 +104,13 @@ def truncate_source(source, *, max_requests: int | None = None,
     kinds, and OTEL without a cut, are returned as they are."""
     tables = dict(source.tables)
     meta = dict(source.meta)
-    if source.kind == "inference_perf":
-        req = tables["requests"].sort_values("arrival_s", kind="stable").reset_index(drop=True)
+    if source.kind in ("inference_perf", "trace_v2"):
+        req = tables["requests"]
+        if source.kind == "trace_v2":   # its client-side request table, as inference-perf's
+            from bayesblis.design import trace_v2_source_requests
+
+            req = trace_v2_source_requests(source)
+        req = req.sort_values("arrival_s", kind="stable").reset_index(drop=True)
         arrival = req["arrival_s"].to_numpy(float)
         start_s = float(arrival.min()) + float(warmup_s) if len(req) else 0.0
         warm = req[arrival < start_s]
@@ -148,6 +154,10 @@ def _first(table: pd.DataFrame, time_col: str, max_requests, first_seconds) -> p
     return table.reset_index(drop=True)
 
 
+CALIBRATION_KINDS = ("inference_perf", "otel", "trace_v2")
+"""Source kinds calibration reads (client-side request traces and OTEL engine traces)."""
+
+
 def calibration_data(dataset, *, hardware: str | None = None, max_requests: int | None = None,
                      first_seconds: float | None = None, max_obs_per_config: int | None = None,
                      seed: int = 0, warmup_s: float = WARMUP_S) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -162,9 +172,12 @@ def calibration_data(dataset, *, hardware: str | None = None, max_requests: int 
 
     sources = [truncate_source(s, max_requests=max_requests, first_seconds=first_seconds,
                                warmup_s=warmup_s)
-               for s in dataset.sources if s.kind in ("inference_perf", "otel")]
+               for s in dataset.sources if s.kind in CALIBRATION_KINDS]
     if not sources:
-        raise BayesBlisError("no inference-perf or OTEL source to calibrate on")
+        kinds = sorted({s.kind for s in dataset.sources})
+        raise BayesBlisError(f"no source to calibrate on: the inputs hold {', '.join(kinds) or 'none'}"
+                             " (expected inference-perf folders, OTEL traces or BLIS TraceV2/V3 "
+                             "header + CSV pairs)")
     rows = {}
     for s in sources:
         row = config_row(deployment_for_source(s, hardware))

@@ -15,7 +15,7 @@ import click
               help="Calibrated posterior file to write (NetCDF), e.g. new.nc.")
 @click.option("--hardware", default=None,
               help="GPU of sources whose traces do not name one (e.g. H100 for "
-                   "inference-perf runs).")
+                   "inference-perf runs and BLIS traces without server.hardware).")
 @click.option("--max-requests", type=click.IntRange(min=0), default=None,
               help="Keep only each run's first N requests (by arrival); 0: the population-level "
                    "prior alone.")
@@ -40,7 +40,8 @@ import click
 def command(posterior, inputs, out_path, hardware, max_requests, first_seconds, warmup_s,
             max_obs_per_config, as_new, draws, tune, chains, seed, quiet):
     """Calibrate POSTERIOR.nc to the deployment(s) of INPUTS (ingested dataset folders or
-    raw traces: inference-perf folders, OTEL traces); write NEW.nc for coefficients,
+    raw traces: inference-perf folders, OTEL traces, BLIS TraceV2/V3 header .yaml + .csv
+    pairs); write NEW.nc for coefficients,
     simulate and plan."""
     import time
 

@@ -235,3 +235,228 @@ def _raise_bad(mask, values, path, col, expected):
     value = value.item() if isinstance(value, np.generic) else value
     message = f"negative value {value}" if isinstance(value, int) and value < 0 else f"invalid value {value!r}"
     raise InputError(path, message, record=f"line {i + 2}", field=col, expected=expected)
+
+
+# ---------------------------------------------------------------------- server settings
+SERVER_KEYS = {"model": "model", "tensor_parallel": "tp", "max_num_seqs": "max_num_seqs",
+               "block_size": "block_size", "gpu_memory_utilization": "gpu_memory_utilization",
+               "max_model_len": "max_model_len"}
+"""BLIS `server:` keys (TraceServerConfig) -> `VllmSettings` fields."""
+
+SERVER_EXTENSIONS = ("kv_blocks_total_gpu", "max_num_batched_tokens", "enable_prefix_caching",
+                     "enable_chunked_prefill", "async_scheduling", "kv_offloading_size_gb",
+                     "dtype", "ep", "hardware")
+"""`server:` keys bayesblis reads beyond BLIS's own (BLIS's strict reader rejects them; a
+`deployment.yaml` beside the header carries the same settings in a file BLIS never reads):
+`VllmSettings` fields under their own names, and `hardware` (GPU catalog name)."""
+
+SERVER_IGNORED = ("type",)
+
+
+def server_settings(header: dict, path=None) -> dict:
+    """The deployment settings of a header's `server:` block: `VllmSettings` fields (BLIS
+    keys renamed, `SERVER_EXTENSIONS` as they are) plus `hardware` when given; a
+    `kv_offload.cpu_bytes_to_use` becomes `kv_offloading_size_gb` (GiB). Unknown `server`
+    keys are left out with a warning; invalid values raise `InputError` naming
+    `server.<key>`."""
+    from bayesblis.io.vllm_settings import VllmSettings
+
+    server = header.get("server") or {}
+    out: dict = {}
+    for key, value in server.items():
+        if value is None or value == "" or key in SERVER_IGNORED:
+            continue
+        if key in SERVER_KEYS:
+            if value == 0:   # BLIS omits unset fields (omitempty); a 0 means "not recorded"
+                continue
+            out[SERVER_KEYS[key]] = value
+        elif key in SERVER_EXTENSIONS:
+            out[key] = value
+        else:
+            warnings.warn(f"{path or '<header>'}: unknown server key '{key}' left out "
+                          f"(known: {sorted(SERVER_KEYS) + list(SERVER_EXTENSIONS)})",
+                          InputWarning, stacklevel=2)
+    offload = header.get("kv_offload") or {}
+    if isinstance(offload, dict) and offload.get("cpu_bytes_to_use") and \
+            "kv_offloading_size_gb" not in out:
+        cpu = offload["cpu_bytes_to_use"]
+        if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or cpu < 0:
+            raise InputError(path, f"invalid value {cpu!r}", field="kv_offload.cpu_bytes_to_use",
+                             expected="a number of bytes >= 0")
+        out["kv_offloading_size_gb"] = float(cpu) / 2 ** 30
+    hardware = out.pop("hardware", None)
+    if hardware is not None and not isinstance(hardware, str):
+        raise InputError(path, f"invalid value {hardware!r}", field="server.hardware",
+                         expected="a GPU catalog name (e.g. H100)")
+    try:
+        VllmSettings(**out)
+    except InputError as exc:
+        theirs = {ours: theirs for theirs, ours in SERVER_KEYS.items()}
+        raise InputError(path, exc.message, field=f"server.{theirs.get(exc.field, exc.field)}",
+                         expected=exc.expected) from None
+    except TypeError as exc:   # not a VllmSettings field: cannot happen for the keys above
+        raise InputError(path, str(exc), field="server", expected="server settings") from None
+    if hardware:
+        out["hardware"] = hardware
+    return out
+
+
+# ---------------------------------------------------------------------- client-side view
+CLIENT_COLUMNS = ["request_index", "arrival_s", "prompt_tokens", "output_tokens", "prefix_group",
+                  "has_error", "e2e_s", "ttft_s", "stage", "prefix_tokens"]
+"""The client-side request table of a trace (`client_requests`): the columns of an
+inference-perf run's requests (`io.inference_perf.REQUEST_COLUMNS`) plus `prefix_tokens`."""
+
+
+def client_requests(requests: pd.DataFrame, header: dict) -> pd.DataFrame:
+    """A TraceV2 request table (`TraceV2.requests`, or a dataset's `trace_v2` source table)
+    as the client-side request table of an inference-perf run (CLIENT_COLUMNS), sorted by
+    `request_index` (= `request_id`):
+
+    - `arrival_s`: when the request was sent, on the run's own clock. Real mode: send times
+      are client epoch µs, the run starts at the median of `send_time_us - arrival_time_us`
+      (its scheduled offset), rows without a send time use their scheduled arrival.
+      Generated/replayed: `send_time_us`, else `arrival_time_us` (simulator clock).
+    - `prompt_tokens`: `server_input_tokens` when recorded, else `prefix_length +
+      input_tokens`; `prefix_tokens`: `prefix_length` of rows in a prefix group, else 0.
+    - `ttft_s`, `e2e_s` from the chunk times (NaN unless `status` is ok); `has_error`:
+      status other than ok.
+    - `stage`: an extra integer `stage` column when the file has one (written by
+      `inference_perf_to_trace_v2`), else 0 (one stage: BLIS traces do not record the load
+      stages of their workload).
+
+    A table that already has these columns is returned as it is."""
+    if {"arrival_s", "prompt_tokens", "request_index"} <= set(requests.columns):
+        return requests
+    req = requests
+    arrival_us = req["arrival_time_us"].to_numpy(np.int64)
+    send_us = req["send_time_us"].to_numpy(np.int64)
+    has_send = send_us > 0
+    if header.get("mode") == "real":
+        origin = int(np.median(send_us[has_send] - arrival_us[has_send])) if has_send.any() else 0
+        start_us = np.where(has_send, send_us - origin, arrival_us)
+    else:
+        start_us = np.where(has_send, send_us, arrival_us)
+    prefix = np.where(req["prefix_group"].astype(str).to_numpy() != "",
+                      req["prefix_length"].to_numpy(np.int64), 0)
+    server_in = req["server_input_tokens"].to_numpy(np.int64)
+    prompt = np.where(server_in > 0, server_in, req["input_tokens"].to_numpy(np.int64) + prefix)
+    ok = (req["status"].astype(str) == "ok").to_numpy()
+    stage = np.zeros(len(req), np.int64)
+    if "stage" in req.columns:
+        values = pd.to_numeric(req["stage"].astype(str).str.strip(), errors="coerce")
+        if values.isna().any() or (values < 0).any() or (values % 1 != 0).any():
+            i = int(np.flatnonzero((values.isna() | (values < 0) | (values % 1 != 0)).to_numpy())[0])
+            raise InputError(None, f"invalid value {req['stage'].iloc[i]!r}",
+                             record=f"request {req['request_id'].iloc[i]}", field="stage",
+                             expected="an integer load stage >= 0")
+        stage = values.to_numpy().astype(np.int64)
+    out = pd.DataFrame({
+        "request_index": req["request_id"].to_numpy(np.int64),
+        "arrival_s": start_us / 1e6,
+        "prompt_tokens": prompt.astype(np.int64),
+        "output_tokens": req["output_tokens"].to_numpy(np.int64),
+        "prefix_group": req["prefix_group"].astype(str).to_numpy(),
+        "has_error": ~ok,
+        "e2e_s": np.where(ok, req["e2e_s"].to_numpy(float), np.nan),
+        "ttft_s": np.where(ok, req["ttft_s"].to_numpy(float), np.nan),
+        "stage": stage,
+        "prefix_tokens": prefix.astype(np.int64),
+    })
+    return out.sort_values("request_index", kind="stable", ignore_index=True)
+
+
+# ---------------------------------------------------------------------- writing
+def trace_v2_text(header: dict, rows: pd.DataFrame) -> tuple[str, str]:
+    """(header YAML, data CSV) text of a TraceV3 trace: `rows` needs the BASE_COLUMNS (any
+    others, e.g. `stage`, are written after them)."""
+    import yaml
+
+    missing = [c for c in BASE_COLUMNS if c not in rows.columns]
+    if missing:
+        raise ValueError(f"rows lack TraceV2 columns {missing}")
+    cols = BASE_COLUMNS + [c for c in rows.columns if c not in BASE_COLUMNS]
+    body = rows[cols].copy()
+    if "streaming" in body:
+        body["streaming"] = body["streaming"].map(lambda v: "true" if bool(v) else "false")
+    buf = io.StringIO()
+    body.to_csv(buf, index=False, lineterminator="\n")
+    return yaml.safe_dump(header, sort_keys=False), buf.getvalue()
+
+
+def write_trace_v2(header_path, header: dict, rows: pd.DataFrame) -> tuple[Path, Path]:
+    """Write `<stem>.yaml` and `<stem>.csv` (atomically, each file) and return both paths."""
+    from bayesblis.atomic import write_text
+
+    header_path = Path(header_path)
+    if header_path.suffix.lower() not in (".yaml", ".yml"):
+        raise ValueError(f"{header_path}: a TraceV2 header path ends in .yaml")
+    data_path = header_path.with_suffix(".csv")
+    head, data = trace_v2_text(header, rows)
+    write_text(data_path, data)
+    write_text(header_path, head)
+    return header_path, data_path
+
+
+EPOCH_US = 1_777_000_000_000_000
+"""Client epoch (µs) of the run start in traces written from an inference-perf run, whose
+times are offsets from its first request."""
+
+
+def inference_perf_to_trace_v2(folder, header_path, *, hardware: str | None = None,
+                               epoch_us: int = EPOCH_US) -> tuple[Path, Path]:
+    """Write an inference-perf run as a real-mode TraceV3 trace (`blis observe` layout).
+
+    Every request keeps its arrival (send = epoch + `arrival_time_us`, scheduled arrival =
+    `arrival_time_us`), token counts (`server_input_tokens` = the prompt,
+    `input_tokens` = the prompt less the shared system prompt of prefix-group rows,
+    `prefix_length` = the profile's `system_prompt_len`), chunk times (send + TTFT, send +
+    E2E, rounded to µs) and error flag (`status` error). The deployment goes to the
+    `server:` block (BLIS keys plus `kv_blocks_total_gpu`, `max_num_batched_tokens`,
+    `enable_prefix_caching`, `async_scheduling` and `hardware` when given) and the load
+    stage of each request to an extra `stage` column, so that `client_requests` gives back
+    the run's request table."""
+    from bayesblis.io.inference_perf import read_inference_perf
+
+    exp = read_inference_perf(folder)
+    req = exp.requests
+    shared = ((exp.profile.get("data") or {}).get("shared_prefix") or {})
+    system = int(shared.get("system_prompt_len") or 0)
+    group = req["prefix_group"].fillna("").astype(str).to_numpy()
+    prompt = req["prompt_tokens"].to_numpy(np.int64)
+    prefix = np.where(group != "", np.minimum(system, prompt), 0)
+    arrival_us = np.round(req["arrival_s"].to_numpy(float) * 1e6).astype(np.int64)
+    send = epoch_us + arrival_us
+    ok = ~req["has_error"].to_numpy(bool)
+    first = np.where(ok, send + np.round(np.nan_to_num(req["ttft_s"].to_numpy(float)) * 1e6), 0)
+    last = np.where(ok, send + np.round(np.nan_to_num(req["e2e_s"].to_numpy(float)) * 1e6), 0)
+    out_tok = req["output_tokens"].to_numpy(np.int64)
+    model = exp.settings.model or exp.model_name or ""
+    rows = pd.DataFrame({
+        "request_id": req["request_index"].to_numpy(np.int64), "client_id": "", "tenant_id": "",
+        "slo_class": "", "session_id": "", "round_index": 0, "prefix_group": group,
+        "prefix_length": prefix, "streaming": True, "input_tokens": prompt - prefix,
+        "output_tokens": out_tok, "text_tokens": prompt - prefix, "image_tokens": 0,
+        "audio_tokens": 0, "video_tokens": 0, "reason_ratio": 0.0, "model": model,
+        "deadline_us": 0, "server_input_tokens": prompt, "arrival_time_us": arrival_us,
+        "send_time_us": send, "first_chunk_time_us": first.astype(np.int64),
+        "last_chunk_time_us": last.astype(np.int64),
+        "num_chunks": np.where(ok, out_tok + 1, 0), "status": np.where(ok, "ok", "error"),
+        "error_message": "", "finish_reason": np.where(ok, "length", ""),
+        "stage": req["stage"].to_numpy(np.int64)})
+    s = exp.settings
+    server = {"type": "vllm", "model": model, "tensor_parallel": int(s.tp),
+              "max_num_seqs": int(s.max_num_seqs), "block_size": int(s.block_size),
+              "gpu_memory_utilization": float(s.gpu_memory_utilization)}
+    if s.max_model_len:
+        server["max_model_len"] = int(s.max_model_len)
+    server.update({"max_num_batched_tokens": int(s.max_num_batched_tokens),
+                   "enable_prefix_caching": bool(s.enable_prefix_caching),
+                   "async_scheduling": bool(s.async_scheduling)})
+    if s.kv_blocks_total_gpu:
+        server["kv_blocks_total_gpu"] = int(s.kv_blocks_total_gpu)
+    if hardware:
+        server["hardware"] = str(hardware)
+    header = {"trace_version": 3, "time_unit": "us", "mode": "real", "warm_up_requests": 0,
+              "workload_spec": f"inference-perf:{exp.name}", "server": server}
+    return write_trace_v2(header_path, header, rows)
