@@ -1,0 +1,134 @@
+"""Coefficient files for BLIS: the bayesblis backend's (`bayesblis-go`) and, per draw,
+BLIS's own trained-physics YAML.
+
+`bayesblis-go` (read by `integrations/blis/bayesblis_model.go`, `blis run|replay
+--latency-model bayesblis --bayesblis-coeffs FILE`) holds one deployment's whole step and
+request model, so the Go side needs no physics of its own: the affine map from a step's
+batch aggregates to the step features (`features.beta.FeatureMap`: weights, bias, the MoE
+expert-traffic term), where the roofline bends, one draw of beta (BETA_FEATURES order)
+and alpha (µs, ALPHA_FEATURES order), the per-step noise (sigma, nu, seed), the KV block
+size (prefix-cache hits are priced as cached context) and whether the engine schedules
+asynchronously. Layout: data_specs/blis-coefficients.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from bayesblis import __version__, atomic
+from bayesblis.features.alpha import ALPHA_FEATURES
+
+GO_FORMAT = "bayesblis-go"
+GO_FORMAT_VERSION = 1
+
+
+def go_record(deployment, beta, alpha_us, *, noise_sigma: float = 0.0, noise_nu: float = 30.0,
+              noise_seed: int = 0, async_scheduling: bool = True, api_return_delay: bool = True,
+              draw: int | None = None, context: dict | None = None) -> dict:
+    """The `bayesblis-go` document of one coefficient draw for `deployment`
+    (`features.physics.Deployment`). `beta` in BETA_FEATURES order, `alpha_us` in
+    ALPHA_FEATURES order (µs). `async_scheduling` and `api_return_delay` switch the Go
+    side's emulation of what BLIS's interface lacks (off: BLIS's plain reading)."""
+    from bayesblis.features.beta import (AGGREGATES, BETA_FEATURES, COMPUTE_INDICES,
+                                         MEMORY_INDICES, ROOFLINE_MFU, WEIGHT_TRAFFIC_INDEX,
+                                         feature_weights)
+
+    beta = np.asarray(beta, float).ravel()
+    alpha = np.asarray(alpha_us, float).ravel()
+    if beta.shape != (len(BETA_FEATURES),):
+        raise ValueError(f"beta must have {len(BETA_FEATURES)} entries, got {beta.shape}")
+    if alpha.shape != (len(ALPHA_FEATURES),):
+        raise ValueError(f"alpha_us must have {len(ALPHA_FEATURES)} entries, got {alpha.shape}")
+    for name, v in (("beta", beta), ("alpha_us", alpha)):
+        if not np.all(np.isfinite(v)) or np.any(v < 0):
+            raise ValueError(f"{name} must be finite and non-negative")
+    fm = feature_weights(deployment)
+    return {
+        "format": GO_FORMAT, "format_version": GO_FORMAT_VERSION,
+        "config": deployment.config_key,
+        "aggregates": list(AGGREGATES), "beta_features": list(BETA_FEATURES),
+        "alpha_features": list(ALPHA_FEATURES),
+        "weights": np.asarray(fm.weights, float).tolist(),
+        "bias": np.asarray(fm.bias, float).tolist(),
+        "moe_coeff_s": float(fm.moe_coeff_s), "n_experts": int(fm.n_experts),
+        "experts_per_tok": int(fm.experts_per_tok),
+        "weight_traffic_index": int(WEIGHT_TRAFFIC_INDEX),
+        "compute_indices": [int(i) for i in COMPUTE_INDICES],
+        "memory_indices": [int(i) for i in MEMORY_INDICES],
+        "roofline_mfu": float(ROOFLINE_MFU),
+        "block_size": int(deployment.block_size),
+        "async_scheduling": bool(async_scheduling),
+        "api_return_delay": bool(api_return_delay),
+        "beta": beta.tolist(), "alpha_us": alpha.tolist(),
+        "noise_sigma": float(noise_sigma), "noise_nu": float(noise_nu),
+        "noise_seed": int(noise_seed),
+        "draw": draw,
+        "bayesblis_version": __version__,
+        **({"context": context} if context else {}),
+    }
+
+
+def draw_sets(draws, n: int | None, *, seed: int = 0, mean: bool = False):
+    """(beta [N, K], alpha [N, 4], sigma [N], nu [N]) of a `CoefficientDraws`: `n` draws
+    picked without replacement (all when None or more than it holds), or the posterior
+    mean as one set."""
+    if mean:
+        m = draws.mean()
+        return m.beta, m.alpha, m.noise_sigma, m.noise_nu
+    total = draws.n_draws
+    if n is None or n >= total:
+        pick = np.arange(total)
+    else:
+        pick = np.sort(np.random.default_rng(seed).choice(total, n, replace=False))
+    return draws.beta[pick], draws.alpha[pick], draws.noise_sigma[pick], draws.noise_nu[pick]
+
+
+def write_go_files(out: Path, deployment, beta, alpha, sigma, nu, *, async_scheduling=True,
+                   api_return_delay: bool = True, seed: int = 0,
+                   context: dict | None = None) -> list[Path]:
+    """One `bayesblis-go` file per row of `beta`/`alpha`: `out` itself for one row, else
+    `<stem>.draw000.json`, ... beside it. Returns the paths written."""
+    out = Path(out)
+    beta, alpha = np.atleast_2d(beta), np.atleast_2d(alpha)
+    n = beta.shape[0]
+    paths = [out] if n == 1 else [out.with_name(f"{out.stem}.draw{d:03d}{out.suffix or '.json'}")
+                                  for d in range(n)]
+    seeds = np.random.SeedSequence(seed).generate_state(n)
+    for d, path in enumerate(paths):
+        rec = go_record(deployment, beta[d], alpha[d], noise_sigma=float(np.ravel(sigma)[d]),
+                        noise_nu=float(np.ravel(nu)[d]), noise_seed=int(seeds[d]),
+                        async_scheduling=async_scheduling, api_return_delay=api_return_delay,
+                        draw=None if n == 1 else d,
+                        context=context)
+        atomic.write_json(path, rec)
+    return paths
+
+
+def read_go_file(path) -> dict:
+    """A `bayesblis-go` file, checked as the Go side checks it (InputError naming the
+    field otherwise)."""
+    from bayesblis.errors import InputError
+    from bayesblis.io.text import parse_json_text, read_text_checked
+
+    path = Path(path)
+    data = parse_json_text(read_text_checked(path, expected=GO_FORMAT), path, expected=GO_FORMAT)
+    if not isinstance(data, dict) or data.get("format") != GO_FORMAT:
+        raise InputError(path, "not a bayesblis-go coefficient file", field="format",
+                         expected=f'"{GO_FORMAT}" (bayesblis coefficients ... --format bayesblis-go)')
+    if data.get("format_version") != GO_FORMAT_VERSION:
+        raise InputError(path, f"format_version {data.get('format_version')!r}",
+                         field="format_version", expected=str(GO_FORMAT_VERSION))
+    return data
+
+
+def step_seconds(record: dict, aggregates) -> np.ndarray:
+    """Noise-free step times (s) a `bayesblis-go` record gives aggregate rows [n, 7]: the
+    Go backend's StepSeconds in numpy (tests compare both with the simulator's)."""
+    from bayesblis.features.beta import FeatureMap
+
+    fm = FeatureMap(np.asarray(record["weights"], float), np.asarray(record["bias"], float),
+                    float(record["moe_coeff_s"]), int(record["n_experts"]),
+                    int(record["experts_per_tok"]))
+    return fm.apply(np.atleast_2d(np.asarray(aggregates, float))) @ np.asarray(record["beta"], float)
