@@ -83,7 +83,7 @@ def test_describe_counts_per_config_and_kind(otel_source):
 def test_inference_perf_sources_use_client_windows(monkeypatch, otel_source):
     from bayesblis.io.dataset import sample_paths
 
-    ds = ingest(sample_paths())
+    ds = ingest(sample_paths()[:2])                         # inference-perf and OTEL
     monkeypatch.setitem(sys.modules, "bayesblis.client_windows", None)    # not importable
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -114,11 +114,13 @@ def test_inference_perf_sources_use_client_windows(monkeypatch, otel_source):
 def test_no_usable_source_is_an_error(monkeypatch):
     from bayesblis.io.dataset import sample_paths
 
-    ds = ingest(sample_paths()[2:])                                       # TraceV2 only
+    ds = ingest(sample_paths()[2:])               # TraceV3 only: every request in the warm-up
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        with pytest.raises(BayesBlisError, match="hardware is unknown"):
+            build_model_data(ds)                  # the sample's server block names no GPU
         with pytest.raises(BayesBlisError, match="no observations"):
-            build_model_data(ds)
+            build_model_data(ds, hardware="H100")
 
 
 def test_observation_rows_match_the_schema(otel_source):
@@ -155,5 +157,8 @@ def test_bundled_samples_with_the_client_windows_module():
         md, summary = build_model_data(ingest(sample_paths()), hardware="H100-SXM", return_summary=True)
     assert len(md.configs) == 1                                   # both sources: llama-2-7b on H100
     assert set(md.obs["source"]) == {"inference-perf-2stage", "toy-otel-run"}
-    assert summary["trace"] == {"skipped": "kind trace_v2"}
+    # the TraceV3 sample is read as a client trace: 12 requests in its first seconds, all
+    # inside the warm-up, so no window
+    assert summary["trace"]["config"] == md.configs["config"].iloc[0]
+    assert summary["trace"]["skipped"].startswith("no usable window")
     assert {"step_gap", "decode_window"} <= set(md.kinds())
