@@ -130,8 +130,8 @@ def summary(rows: list[dict]) -> dict:
             "median_abs_error_pct": round(float(np.median(np.abs(errors))), 2),
             "bins_within_target": int(np.sum(np.abs(errors) <= TARGET * 100)),
             "measured_inside_interval": int(sum(r["measured_inside_interval"] for r in scored)),
-            "measured_inside_new_run_interval": int(sum(r.get("measured_inside_new_run_interval", False)
-                                                        for r in scored)),
+            **({"measured_inside_new_run_interval": int(sum(r["measured_inside_new_run_interval"] for r in scored))}
+               if all("measured_inside_new_run_interval" in r for r in scored) else {}),
             "target_met": bool(np.all(np.abs(errors) <= TARGET * 100))}
 
 
@@ -197,6 +197,7 @@ def main(argv=None):
     from bayesblis import __version__
     from bayesblis.atomic import write_json
     from bayesblis.coefficients import posterior_draws
+    from bayesblis.io.dataset import file_info
     from bayesblis.io.step_traces import read_step_traces, step_periods
     from bayesblis.model.data import config_row
     from bayesblis.model.store import load_posterior
@@ -266,7 +267,7 @@ def main(argv=None):
         "benchmark": "step_periods",
         "created_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "package_version": __version__, "git_commit": _git_commit(),
-        "inputs": {"steps": str(args.steps.resolve()), "posterior": str(args.posterior.resolve()),
+        "inputs": {"steps": file_info(args.steps), "posterior": file_info(args.posterior),
                    "posterior_observation_kinds": kinds, "draws": args.draws, "seed": args.seed},
         "method": {
             "measured": "start-to-start time of consecutive step ids (exact one-step period), decode-only "
