@@ -26,11 +26,14 @@ GO_FORMAT_VERSION = 1
 
 def go_record(deployment, beta, alpha_us, *, noise_sigma: float = 0.0, noise_nu: float = 30.0,
               noise_seed: int = 0, async_scheduling: bool = True, api_return_delay: bool = True,
+              max_num_batched_tokens: int = 0, max_num_seqs: int = 0,
               draw: int | None = None, context: dict | None = None) -> dict:
     """The `bayesblis-go` document of one coefficient draw for `deployment`
     (`features.physics.Deployment`). `beta` in BETA_FEATURES order, `alpha_us` in
     ALPHA_FEATURES order (µs). `async_scheduling` and `api_return_delay` switch the Go
-    side's emulation of what BLIS's interface lacks (off: BLIS's plain reading)."""
+    side's emulation of what BLIS's interface lacks (off: BLIS's plain reading);
+    `max_num_batched_tokens` and `max_num_seqs` (0: unknown) let it predict the next step's
+    length for the async emulation (`with_engine` sets them from a scenario)."""
     from bayesblis.features.beta import (AGGREGATES, BETA_FEATURES, COMPUTE_INDICES,
                                          MEMORY_INDICES, ROOFLINE_MFU, WEIGHT_TRAFFIC_INDEX,
                                          feature_weights)
@@ -61,6 +64,7 @@ def go_record(deployment, beta, alpha_us, *, noise_sigma: float = 0.0, noise_nu:
         "block_size": int(deployment.block_size),
         "async_scheduling": bool(async_scheduling),
         "api_return_delay": bool(api_return_delay),
+        "max_num_batched_tokens": int(max_num_batched_tokens), "max_num_seqs": int(max_num_seqs),
         "beta": beta.tolist(), "alpha_us": alpha.tolist(),
         "noise_sigma": float(noise_sigma), "noise_nu": float(noise_nu),
         "noise_seed": int(noise_seed),
@@ -68,6 +72,15 @@ def go_record(deployment, beta, alpha_us, *, noise_sigma: float = 0.0, noise_nu:
         "bayesblis_version": __version__,
         **({"context": context} if context else {}),
     }
+
+
+def with_engine(record: dict, engine_config) -> dict:
+    """A copy of a `bayesblis-go` record with the engine settings of an
+    `simulate.engine.EngineConfig` (async scheduling, token budget, max_num_seqs, block size)."""
+    return {**record, "async_scheduling": bool(engine_config.async_scheduling),
+            "max_num_batched_tokens": int(engine_config.max_num_batched_tokens),
+            "max_num_seqs": int(engine_config.max_num_seqs),
+            "block_size": int(engine_config.block_size)}
 
 
 def draw_sets(draws, n: int | None, *, seed: int = 0, mean: bool = False):
@@ -86,7 +99,7 @@ def draw_sets(draws, n: int | None, *, seed: int = 0, mean: bool = False):
 
 
 def write_go_files(out: Path, deployment, beta, alpha, sigma, nu, *, async_scheduling=True,
-                   api_return_delay: bool = True, seed: int = 0,
+                   api_return_delay: bool = True, engine_config=None, seed: int = 0,
                    context: dict | None = None) -> list[Path]:
     """One `bayesblis-go` file per row of `beta`/`alpha`: `out` itself for one row, else
     `<stem>.draw000.json`, ... beside it. Returns the paths written."""
@@ -102,6 +115,8 @@ def write_go_files(out: Path, deployment, beta, alpha, sigma, nu, *, async_sched
                         async_scheduling=async_scheduling, api_return_delay=api_return_delay,
                         draw=None if n == 1 else d,
                         context=context)
+        if engine_config is not None:
+            rec = with_engine(rec, engine_config)
         atomic.write_json(path, rec)
     return paths
 

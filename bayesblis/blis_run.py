@@ -207,6 +207,12 @@ def run_blis(binary, header, data, engine_config, *, model: str, latency: list[s
     return {"ttft_s": ttft, "e2e_s": e2e, "wall_s": wall, "command": cmd}
 
 
+def _write(path: Path, record: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+    return path
+
+
 def _defaults_flag(binary) -> list[str]:
     """BLIS reads defaults.yaml from the working directory unless told: the one of the
     checkout `build_blis` built the binary from (`<binary dir>/src/defaults.yaml`)."""
@@ -249,6 +255,11 @@ def blis_result(binary, scenario, coefficient_files, *, kind: str = "bayesblis",
     masks = [valid & (w.stage == s) for s in range(w.n_stages)]
     per = []
     for d, path in enumerate(coefficient_files):
+        if kind == "bayesblis":  # the engine settings are the scenario's
+            from bayesblis.blis_export import read_go_file, with_engine
+
+            path = _write(out_dir / f"draw{d:03d}" / "coefficients.json",
+                          with_engine(read_go_file(path), cfg))
         latency = latency_flags(path, kind, deployment, model_config_folder, hardware_config)
         r = run_blis(binary, header, data, cfg, model=blis_model_name(deployment, kind),
                      latency=latency, out_dir=out_dir / f"draw{d:03d}", seed=seed)

@@ -77,6 +77,8 @@ type bayesblisFile struct {
 	BlockSize       int64       `json:"block_size"`
 	AsyncScheduling bool        `json:"async_scheduling"`
 	APIReturnDelay  *bool       `json:"api_return_delay"` // default true: emulate alpha_frontend_s (see above)
+	MaxBatchTokens  int64       `json:"max_num_batched_tokens"` // engine's token budget (0: none); predicts the next step
+	MaxNumSeqs      int         `json:"max_num_seqs"`           // engine's running requests (0: no cap)
 	Beta            []float64   `json:"beta"`     // BETA_FEATURES order
 	AlphaUs         []float64   `json:"alpha_us"` // const, per prompt token, per output token, per request decoding
 	NoiseSigma      float64     `json:"noise_sigma"`
@@ -102,11 +104,20 @@ type BayesblisModel struct {
 	seenAny            bool
 	queuedAt           map[*sim.Request]int64 // queued time QueueingTime gave, until first scheduled
 	seen               map[*sim.Request]bool  // scheduled at least once
+	last               []slot                 // the last step's requests after it, batch order
+	cachedGroups       map[string]bool        // prefix groups some request computed past their prefix
+	nextEps            float64                // noise factor of the next step (drawn ahead)
 
 	// API return delay: values of the calls BLIS makes after StepTime, in its order
 	otptQueue    []float64
 	postQueue    []float64
 	decodingAtFT map[*sim.Request]float64
+}
+
+// slot: a request of the last step, as it stands after it.
+type slot struct {
+	progress, input int64
+	finishing       bool
 }
 
 // NewBayesblisModel reads a bayesblis-go coefficient file.
@@ -135,7 +146,9 @@ func NewBayesblisModel(path string) (*BayesblisModel, error) {
 		queuedAt:     map[*sim.Request]int64{},
 		seen:         map[*sim.Request]bool{},
 		decodingAtFT: map[*sim.Request]float64{},
+		cachedGroups: map[string]bool{},
 		lastIdle:     true}
+	m.nextEps = m.drawEps()
 	return m, nil
 }
 
@@ -247,6 +260,87 @@ func gammaDraw(r *rand.Rand, shape float64) float64 {
 	}
 }
 
+// drawEps: one step's noise factor max(0.05, 1 + sigma t_nu) (1 without noise).
+func (m *BayesblisModel) drawEps() float64 {
+	if m.f.NoiseSigma <= 0 {
+		return 1
+	}
+	eps := 1 + m.f.NoiseSigma*m.studentT(m.f.NoiseNu)
+	if eps < 0.05 {
+		eps = 0.05
+	}
+	return eps
+}
+
+// cachedPrefix: the full blocks of a request's group prefix once the group is cached.
+func (m *BayesblisModel) cachedPrefix(req *sim.Request) int64 {
+	if req.PrefixGroup == "" || req.PrefixLength <= 0 || !m.cachedGroups[req.PrefixGroup] {
+		return 0
+	}
+	return int64(req.PrefixLength) / m.f.BlockSize * m.f.BlockSize
+}
+
+// predictNext: the duration (µs, with its noise) of the step that starts when the last
+// one ends: the last step's requests go on (decodes, prefill chunks, in their order) and
+// the requests queued by then are admitted FCFS, within the token budget and max_num_seqs.
+func (m *BayesblisModel) predictNext() float64 {
+	agg := make([]float64, m.nAgg)
+	budget := m.f.MaxBatchTokens
+	if budget <= 0 {
+		budget = math.MaxInt64
+	}
+	seqs := 0
+	for _, sl := range m.last {
+		if sl.finishing || budget <= 0 {
+			continue
+		}
+		seqs++
+		if sl.progress < sl.input {
+			n := min(sl.input-sl.progress, budget)
+			c := float64(sl.progress)
+			agg[0] += float64(n)
+			agg[1] += c
+			agg[2] += float64(n)*c + float64(n)*float64(n+1)/2
+			agg[3]++
+			budget -= n
+		} else {
+			agg[4]++
+			agg[5] += float64(sl.progress)
+			budget--
+		}
+	}
+	type pending struct {
+		q   int64
+		req *sim.Request
+	}
+	var waiting []pending
+	for req, q := range m.queuedAt {
+		if q <= m.lastEnd {
+			waiting = append(waiting, pending{q, req})
+		}
+	}
+	for i := 1; i < len(waiting); i++ { // FCFS (few entries: insertion sort)
+		for j := i; j > 0 && (waiting[j].q < waiting[j-1].q ||
+			(waiting[j].q == waiting[j-1].q && waiting[j].req.ID < waiting[j-1].req.ID)); j-- {
+			waiting[j], waiting[j-1] = waiting[j-1], waiting[j]
+		}
+	}
+	for _, p := range waiting {
+		if budget <= 0 || (m.f.MaxNumSeqs > 0 && seqs >= m.f.MaxNumSeqs) {
+			break
+		}
+		c := m.cachedPrefix(p.req)
+		n := min(p.req.InputLen()-c, budget)
+		agg[0] += float64(n)
+		agg[1] += float64(c)
+		agg[2] += float64(n)*float64(c) + float64(n)*float64(n+1)/2
+		agg[3]++
+		budget -= n
+		seqs++
+	}
+	return m.StepSeconds(agg) * 1e6 * m.nextEps
+}
+
 // prefillContext: tokens already in the KV cache before this prefill chunk.
 func (m *BayesblisModel) prefillContext(req *sim.Request) float64 {
 	if req.ProgressIndex == 0 && req.PrefixLength > 0 {
@@ -282,6 +376,7 @@ func (m *BayesblisModel) StepTime(batch []*sim.Request) int64 {
 		}
 	}
 	allFinish := true
+	m.last = m.last[:0]
 	for _, req := range batch {
 		if !m.seen[req] {
 			m.seen[req] = true
@@ -318,7 +413,12 @@ func (m *BayesblisModel) StepTime(batch []*sim.Request) int64 {
 		if out < 1 {
 			out = 1
 		}
-		if after >= req.InputLen()+out-1 && after >= req.InputLen() {
+		if req.PrefixGroup != "" && req.PrefixLength > 0 && after >= int64(req.PrefixLength) {
+			m.cachedGroups[req.PrefixGroup] = true
+		}
+		finishing := after >= req.InputLen()+out-1 && after >= req.InputLen()
+		m.last = append(m.last, slot{progress: after, input: req.InputLen(), finishing: finishing})
+		if finishing {
 			if len(req.OutputTokens) > 0 {
 				m.postQueue = append(m.postQueue, alpha[2]+alpha[3]*(decoding-m.decodingAtFT[req]))
 			}
@@ -328,14 +428,8 @@ func (m *BayesblisModel) StepTime(batch []*sim.Request) int64 {
 			allFinish = false
 		}
 	}
-	dur := m.StepSeconds(agg) * 1e6
-	if m.f.NoiseSigma > 0 {
-		eps := 1 + m.f.NoiseSigma*m.studentT(m.f.NoiseNu)
-		if eps < 0.05 {
-			eps = 0.05
-		}
-		dur *= eps
-	}
+	dur := m.StepSeconds(agg) * 1e6 * m.nextEps
+	m.nextEps = m.drawEps()
 	ticks := max(1, roundCarry(dur, &m.stepCarry))
 	// this step starts when the last one ended or, on an idle engine, when the request
 	// that woke it was queued
@@ -364,8 +458,14 @@ func (m *BayesblisModel) QueueingTime(req *sim.Request) int64 {
 			// already formed, so the request waits for the one after
 			q = m.lastEnd + 1
 		case q > m.lastEnd && !m.lastIdle:
-			// later, engine presumably busy: one more step of the last step's length
-			q += m.lastEnd - m.lastStart
+			// the step starting when the last one ends will be in flight: queue the request
+			// just after it ends (its duration predicted from the requests BLIS will batch)
+			next := int64(math.Floor(m.predictNext() + 0.5))
+			if q <= m.lastEnd+next {
+				q = m.lastEnd + next + 2
+			} else {
+				q += next
+			}
 		}
 	}
 	m.queuedAt[req] = q
