@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bayesblis.errors import EmptyInputError, InputError
+from bayesblis.errors import BayesBlisError, EmptyInputError, InputError
 from bayesblis.io.dataset import Dataset, detect_kind, ingest
 from bayesblis.io.kernel_db import OPERATORS, is_kernel_db_folder, read_kernel_db
 
@@ -140,7 +140,7 @@ def test_detected_and_ingested_into_a_dataset(db_root, tmp_path):
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with pytest.raises(Exception):
+        with pytest.raises(BayesBlisError, match="no observations"):
             build_model_data(back)  # nothing to fit from kernel tables alone (yet)
     assert any("kernel_db" in str(w.message) for w in caught)
 
