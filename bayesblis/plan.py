@@ -43,7 +43,7 @@ from bayesblis.errors import BayesBlisError, UnseenLevelError
 from bayesblis.simulate.results import (METRICS, Draws, per_draw_metrics, predicted_load,
                                         saturated_share, summarize_metric)
 from bayesblis.simulate.scenario import VLLM_KEYS
-from bayesblis.simulate.workload import Workload, sample_tokens
+from bayesblis.simulate.workload import PromptSet, Workload, sample_tokens
 
 PLAN_VERSION = "1"
 
@@ -268,8 +268,9 @@ class RequestStream:
     """The scenario's request mix as one fixed, endless sequence of requests.
 
     Request ``i`` has token counts and prefix group drawn from block ``i // block`` of a
-    generator seeded by ``(seed, block index)``, and a unit-rate arrival clock ``u_i``
-    (Poisson: cumulative Exp(1) gaps; constant: ``u_i = i``). `workload(rate, duration_s)`
+    generator seeded by ``(seed, block index)`` (inference-perf ``shared_prefix`` data:
+    prompt ``i mod P`` of its `PromptSet`), and a unit-rate arrival clock ``u_i``
+    (constant: ``u_i = i``; every other process: cumulative Exp(1) gaps). `workload(rate, duration_s)`
     returns requests ``u_i / rate < duration_s`` arriving at ``u_i / rate``: the same
     requests at every rate, only compressed in time.
 
@@ -288,6 +289,8 @@ class RequestStream:
             self.spec = spec
             self.workload_seed = int(spec.get("seed", 0))
             self.sys_len = None
+            if self.kind == "shared_prefix":
+                self.prompts = PromptSet.from_spec(spec["shared_prefix"], self.workload_seed)
             if self.kind == "spec" and spec.get("prefix"):
                 rng = np.random.default_rng([self.workload_seed, self.seed, 2**31 - 1])
                 g = int(spec["prefix"].get("num_groups", 1))
@@ -312,19 +315,12 @@ class RequestStream:
     def _make_block(self, k: int) -> dict:
         n = self.block
         rng = np.random.default_rng([self.workload_seed, self.seed, k])
-        gaps = rng.exponential(1.0, n) if self.arrival == "poisson" else np.ones(n)
+        gaps = np.ones(n) if self.arrival == "constant" else rng.exponential(1.0, n)
         if self.kind == "replay":
             idx = rng.integers(0, len(self.rows["prompt_tokens"]), n)
             cols = {c: v[idx] for c, v in self.rows.items()}
-        elif self.kind == "shared_prefix":
-            sp = self.spec["shared_prefix"]
-            upg = max(1, int(sp.get("users_per_group", 1)))
-            users = max(1, int(sp["num_groups"]) * upg)
-            group = (rng.integers(0, users, n) // upg).astype(np.int64)
-            sys_len = int(sp["system_prompt_len"])
-            cols = {"prompt_tokens": np.full(n, max(1, sys_len + int(sp["question_len"])), np.int64),
-                    "output_tokens": np.full(n, max(1, int(sp["output_len"])), np.int64),
-                    "prefix_group": group, "prefix_tokens": np.full(n, sys_len, np.int64)}
+        elif self.kind == "shared_prefix":   # request i carries prompt i mod P, at any rate
+            cols = self.prompts.columns(np.arange(k * n, (k + 1) * n))
         else:
             question = sample_tokens(self.spec["prompt_tokens"], n, rng)
             output = sample_tokens(self.spec["output_tokens"], n, rng)
@@ -353,7 +349,7 @@ class RequestStream:
         if not blocks:
             blocks = [self._block(0)]
         gaps = np.concatenate([b["gaps"] for b in blocks])
-        clock = np.cumsum(gaps) if self.arrival == "poisson" else np.arange(len(gaps), dtype=float)
+        clock = np.arange(len(gaps), dtype=float) if self.arrival == "constant" else np.cumsum(gaps)
         arrival = clock / rate
         n = int(np.searchsorted(arrival, duration_s, side="left"))
         if self.arrival == "constant":   # stage_arrivals: floor(rate * duration) requests

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from bayesblis.errors import InputError
-from bayesblis.simulate.workload import Workload, check_token_spec, generate, shared_prefix
+from bayesblis.simulate.workload import (ARRIVALS, SHARED_PREFIX_KEYS, Workload, check_token_spec,
+                                         generate, shared_prefix)
 
 VLLM_KEYS = {
     "max_num_batched_tokens": int, "max_num_seqs": int, "max_model_len": int,
@@ -27,7 +28,8 @@ VLLM_DEFAULTS = {"max_num_batched_tokens": 2048, "max_num_seqs": 256, "max_model
                  "enable_chunked_prefill": True, "kv_blocks_total": None,
                  "cpu_offload_blocks": 0, "async_scheduling": True}
 TOP_KEYS = {"name", "model", "hardware", "tp", "ep", "dtype", "vllm", "workload"}
-WORKLOAD_KEYS = {"seed", "arrival", "stages", "prompt_tokens", "output_tokens", "prefix"}
+WORKLOAD_KEYS = {"seed", "arrival", "stages", "prompt_tokens", "output_tokens", "prefix",
+                 "shared_prefix"}
 
 
 @dataclass
@@ -182,8 +184,9 @@ class Scenario:
         """Scenario of an inference-perf experiment folder.
 
         Settings from exp-config.yaml (+ kv_blocks_total_gpu / block_size of
-        requests.json `config`); load from profile.yaml (`shared_prefix` data, constant
-        stages). With `replay`, the recorded arrivals and token counts are used instead;
+        requests.json `config`); load from profile.yaml: its stages with inference-perf's
+        load timer, its `shared_prefix` data as inference-perf sends it
+        (`profile_shared_prefix`, `workload.PromptSet`). With `replay`, the recorded arrivals and token counts are used instead;
         requests with has_error are simulated (with the profile's prompt/output lengths
         when their recorded counts are 0) and excluded from latency metrics. Recorded
         prefix groups are empty in the published runs, so replayed requests are assigned
@@ -212,18 +215,17 @@ class Scenario:
                                                    for k in ("rate", "duration")):
                 raise InputError(prof_path, "stage lacks numeric rate/duration",
                                  record=f"stage {i}", field="load.stages")
-        arrival = "poisson" if load.get("type") == "poisson" else "constant"
+        arrival = "poisson_per_second" if load.get("type") == "poisson" else "normalized_exponential"
         sp = ((prof.get("data") or {}).get("shared_prefix")) or {}
         try:
-            groups = int(sp.get("num_unique_system_prompts", 1))
-            users = int(sp.get("num_users_per_system_prompt", 1))
-            sys_len = int(sp.get("system_prompt_len", 0))
-            q_len = int(sp["question_len"])
-            out_len = int(sp["output_len"])
+            shared = profile_shared_prefix(sp)
         except (KeyError, TypeError, ValueError):
             raise InputError(prof_path, "shared_prefix data lacks question_len/output_len",
                              field="data.shared_prefix",
                              expected="system_prompt_len, question_len, output_len") from None
+        groups = int(sp.get("num_unique_system_prompts", 1))   # replay's fallback groups
+        sys_len, q_len, out_len = (shared[k] for k in ("system_prompt_len", "question_len",
+                                                        "output_len"))
         req_path = folder / "requests.json"
         meta_cfg = {}
         meta = None
@@ -232,13 +234,13 @@ class Scenario:
 
             meta = load_json_checked(req_path, expected="an inference-perf requests.json object")
             meta_cfg = (meta if isinstance(meta, dict) else {}).get("config") or {}
+        kv_total = meta_cfg.get("kv_blocks_total_gpu") or exp.get("kv_blocks_total_gpu")
         vllm = {
             "max_num_batched_tokens": int(exp.get("max_num_batched_tokens", 2048)),
             "max_num_seqs": int(exp.get("max_num_seqs", 256)),
             "max_model_len": int(exp["max_model_len"]) if exp.get("max_model_len") else None,
             "block_size": int(meta_cfg.get("block_size") or exp.get("block_size") or 16),
-            "kv_blocks_total": (int(meta_cfg["kv_blocks_total_gpu"])
-                                if meta_cfg.get("kv_blocks_total_gpu") else None),
+            "kv_blocks_total": int(kv_total) if kv_total else None,
         }
         if "gpu_memory_utilization" in exp:
             vllm["gpu_memory_utilization"] = float(exp["gpu_memory_utilization"])
@@ -252,9 +254,7 @@ class Scenario:
             spec = {"seed": int(seed), "arrival": arrival,
                     "stages": [{"rate": float(s["rate"]), "duration": float(s["duration"])}
                                for s in stages],
-                    "shared_prefix": {"num_groups": groups, "users_per_group": users,
-                                      "system_prompt_len": sys_len, "question_len": q_len,
-                                      "output_len": out_len}}
+                    "shared_prefix": shared}
             return cls(workload_spec=spec, **common)
         if meta is None:
             raise InputError(req_path, "file missing", expected="requests.json for --replay")
@@ -273,6 +273,25 @@ class Scenario:
 # ---------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------
+
+def profile_shared_prefix(sp: dict) -> dict:
+    """The `shared_prefix` workload spec of an inference-perf profile's `data.shared_prefix`.
+
+    inference-perf reads `num_groups` and `num_prompts_per_group`; the profiles of the
+    shared runs name them `num_unique_system_prompts` and `num_users_per_system_prompt`,
+    which inference-perf releases before those aliases existed ignored, sending the default
+    10 x 10 = 100 prompts: every shared run cycles exactly 100 prompts (9 x 5, 11 x 4 or
+    23 x 1 by the long names). So the long names are ignored here too
+    (`data_specs/scenario.md`); give `num_groups`/`num_prompts_per_group`, or a scenario
+    YAML, for a release that honours them."""
+    from bayesblis.simulate.workload import DEFAULT_GROUPS, DEFAULT_PROMPTS_PER_GROUP
+
+    return {"num_groups": int(sp.get("num_groups", DEFAULT_GROUPS)),
+            "prompts_per_group": int(sp.get("num_prompts_per_group", DEFAULT_PROMPTS_PER_GROUP)),
+            "system_prompt_len": int(sp.get("system_prompt_len", 0)),
+            "question_len": int(sp["question_len"]), "output_len": int(sp["output_len"]),
+            "multi_turn": bool(sp.get("enable_multi_turn_chat", False))}
+
 
 def _max_position_embeddings(model: str) -> int | None:
     """`max_position_embeddings` of a config.json path (file or folder), else None."""
@@ -341,9 +360,12 @@ def _check_workload(w, source) -> dict:
             raise InputError(source, f"invalid stage {st!r}", record=f"stage {i}",
                              field="workload.stages", expected="{rate: >= 0 req/s, duration: > 0 s}")
     arrival = w.get("arrival", "constant")
-    if arrival not in ("constant", "poisson"):
+    if arrival not in ARRIVALS:
         raise InputError(source, f"invalid value {arrival!r}", field="workload.arrival",
-                         expected="constant or poisson")
+                         expected=f"one of {list(ARRIVALS)}")
+    if w.get("shared_prefix") is not None:
+        _check_shared_prefix(w, source)
+        return dict(w)
     for key in ("prompt_tokens", "output_tokens"):
         if key not in w:
             raise InputError(source, "missing", field=f"workload.{key}",
@@ -363,6 +385,41 @@ def _check_workload(w, source) -> dict:
                              expected="a positive integer")
         check_token_spec(prefix.get("system_prompt_len", 0), source, "workload.prefix.system_prompt_len")
     return dict(w)
+
+
+def _check_shared_prefix(w: dict, source) -> None:
+    """Validate `workload.shared_prefix` (inference-perf's prompt set; no token specs)."""
+    sp = w["shared_prefix"]
+    both = sorted({"prompt_tokens", "output_tokens", "prefix"} & set(w))
+    if both:
+        raise InputError(source, f"{both[0]} given with shared_prefix", field=f"workload.{both[0]}",
+                         expected="either shared_prefix or prompt_tokens/output_tokens/prefix")
+    if not isinstance(sp, dict):
+        raise InputError(source, "not a mapping", field="workload.shared_prefix",
+                         expected=f"keys of {sorted(SHARED_PREFIX_KEYS)}")
+    unknown = sorted(set(sp) - SHARED_PREFIX_KEYS)
+    if unknown:
+        raise InputError(source, f"unknown key(s) {unknown}", field=f"workload.shared_prefix.{unknown[0]}",
+                         expected=f"one of {sorted(SHARED_PREFIX_KEYS)}")
+    for key, low in (("num_groups", 1), ("prompts_per_group", 1), ("system_prompt_len", 0),
+                     ("question_len", 0), ("output_len", 1), ("output_extra_tokens", 0)):
+        v = sp.get(key, low)
+        if key in ("question_len", "output_len") and key not in sp:
+            raise InputError(source, "missing", field=f"workload.shared_prefix.{key}",
+                             expected="an integer token count")
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise InputError(source, f"invalid value {v!r}", field=f"workload.shared_prefix.{key}",
+                             expected=f"an integer >= {low}")
+    inflation = sp.get("token_inflation", 1.0)
+    if isinstance(inflation, bool) or not isinstance(inflation, (int, float)) or not 0.5 <= inflation <= 2:
+        raise InputError(source, f"invalid value {inflation!r}",
+                         field="workload.shared_prefix.token_inflation", expected="a number in [0.5, 2]")
+    if not isinstance(sp.get("multi_turn", False), bool):
+        raise InputError(source, f"invalid value {sp['multi_turn']!r}",
+                         field="workload.shared_prefix.multi_turn", expected="true or false")
+    if int(sp.get("system_prompt_len", 0)) + int(sp["question_len"]) < 1:
+        raise InputError(source, "empty prompts", field="workload.shared_prefix.question_len",
+                         expected="system_prompt_len + question_len >= 1")
 
 
 def _replay_inference_perf(folder, meta, stages, groups, sys_len, q_len, out_len, seed) -> Workload:

@@ -1,9 +1,9 @@
 """Request workloads for the simulator: arrays of arrivals and token counts.
 
 A `Workload` is what the engine consumes. Generators build one from load stages
-(constant-rate or Poisson arrivals) and token-length distributions, seeded, including
-inference-perf-style shared-prefix groups (a system prompt shared by a group of
-requests, followed by a per-request question).
+(`ARRIVALS`: evenly spaced, Poisson, or inference-perf's own load timers) and token-length
+distributions, seeded, and inference-perf's shared-prefix data as it is sent: a fixed
+prompt set cycled in send order (`PromptSet`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ import numpy as np
 from bayesblis.errors import InputError
 
 DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal")
+ARRIVALS = ("constant", "poisson", "normalized_exponential", "poisson_per_second")
+"""Arrival processes of a stage: evenly spaced, exponential gaps, and inference-perf's own
+`constant` and `poisson` load timers (`stage_arrivals`)."""
 
 
 @dataclass
@@ -94,7 +97,9 @@ def stage_arrivals(stages, arrival: str = "constant", rng=None):
     """Arrival times (s) and stage indices for `stages` = [{"rate": req/s, "duration": s}].
 
     `constant`: evenly spaced at 1/rate (first request at the stage start);
-    `poisson`: exponential inter-arrival times at the stage's rate.
+    `poisson`: exponential inter-arrival times at the stage's rate;
+    `normalized_exponential` and `poisson_per_second`: what inference-perf sends for its
+    load types `constant` and `poisson` (see the functions of those names).
     Returns (arrival_s, stage_index, bounds [(start_s, end_s)]).
     """
     rng = np.random.default_rng(0) if rng is None else rng
@@ -112,8 +117,12 @@ def stage_arrivals(stages, arrival: str = "constant", rng=None):
                 gaps = rng.exponential(1.0 / rate, size=n_max)
                 t = start + np.cumsum(gaps)
                 t = t[t < start + dur]
+            elif arrival == "normalized_exponential":
+                t = start + normalized_exponential(int(rate * dur + 1e-9), dur, rng)
+            elif arrival == "poisson_per_second":
+                t = start + poisson_per_second(rate, dur, rng)
             else:
-                raise ValueError(f"unknown arrival process {arrival!r} (constant | poisson)")
+                raise ValueError(f"unknown arrival process {arrival!r} (one of {ARRIVALS})")
             times.append(t)
             idx.append(np.full(len(t), i, np.int64))
         bounds.append((start, start + dur))
@@ -121,6 +130,24 @@ def stage_arrivals(stages, arrival: str = "constant", rng=None):
     if not times:
         return np.zeros(0), np.zeros(0, np.int64), bounds
     return np.concatenate(times), np.concatenate(idx), bounds
+
+
+def normalized_exponential(n: int, duration_s: float, rng) -> np.ndarray:
+    """inference-perf's `constant` load: `n` exponential gaps scaled to sum to
+    `duration_s`; returns the `n` send times (s from the stage start, the last at its end)."""
+    if n <= 0:
+        return np.zeros(0)
+    gaps = rng.exponential(1.0, n)
+    return np.cumsum(gaps) * (duration_s / gaps.sum())
+
+
+def poisson_per_second(rate: float, duration_s: float, rng) -> np.ndarray:
+    """inference-perf's `poisson` load: each second a Poisson(rate) count of requests,
+    spread over that second by `normalized_exponential`."""
+    times = [s + normalized_exponential(int(k), 1.0, rng)
+             for s, k in enumerate(rng.poisson(rate, int(np.ceil(duration_s))))]
+    t = np.concatenate(times) if times else np.zeros(0)
+    return t[t <= duration_s]
 
 
 # -- token lengths ----------------------------------------------------------------------
@@ -185,21 +212,93 @@ def generate(stages, prompt, output, *, arrival: str = "constant", prefix=None,
     return Workload(arr, prompt_tokens, out, group, ptok, stage, None, bounds)
 
 
-def shared_prefix(stages, *, num_groups: int, users_per_group: int, system_prompt_len: int,
-                  question_len: int, output_len: int, arrival: str = "constant",
-                  seed: int = 0) -> Workload:
-    """inference-perf `shared_prefix` data: `num_groups` system prompts of
-    `system_prompt_len` tokens, each shared by `users_per_group` users; every request is
-    from a random user: group's system prompt + `question_len` tokens, `output_len` out."""
+# -- inference-perf shared-prefix data ---------------------------------------------------
+
+TOKEN_INFLATION = 1.046
+"""Prompt tokens the server counts per nominal token of inference-perf's random prompts.
+
+inference-perf draws random token ids, decodes them to text and sends the text; the
+server's tokenizer (plus the completion template) counts more tokens than were drawn. In
+the 16 shared H100 runs (Llama-2 and Mixtral tokenizers) the median recorded prompt is
+1.039-1.051x `system_prompt_len + question_len` (median over runs 1.046)."""
+
+PROMPT_JITTER_PER_SQRT_TOKEN = 0.27
+"""Spread of a prompt's re-tokenized length around its mean: sd = 0.27 sqrt(tokens)
+(recorded sd 5.5-7.9 tokens at 566-786 tokens in the same runs)."""
+
+OUTPUT_EXTRA_TOKENS = 1
+"""Output tokens recorded beyond `output_len` (ignore_eos): median +1 to +2 in those runs."""
+
+DEFAULT_GROUPS = 10
+DEFAULT_PROMPTS_PER_GROUP = 10
+"""inference-perf's `SharedPrefix` defaults (`num_groups`, `num_prompts_per_group`)."""
+
+
+@dataclass
+class PromptSet:
+    """The fixed prompts inference-perf's shared-prefix generator sends in turn.
+
+    inference-perf builds `num_groups x prompts_per_group` prompts once (a random system
+    prompt per group followed by a random question), shuffles them, and request ``i``
+    carries prompt ``i mod P`` (P = the set's size). With prefix caching every prompt after
+    its first occurrence is served from the cache (all but its last partial block), so the
+    set is modelled as P prefix groups each cached whole: `columns` gives prefix group =
+    prompt id and prefix tokens = the whole prompt, as replay does (`io/prompt_reuse.py`).
+    Arrays are in send order, one entry per prompt.
+    """
+
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    system_group: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.prompt_tokens)
+
+    @classmethod
+    def from_spec(cls, sp: dict, seed: int = 0) -> "PromptSet":
+        """The set of a `shared_prefix` spec (keys of `SHARED_PREFIX_KEYS`), seeded."""
+        groups = int(sp.get("num_groups", DEFAULT_GROUPS))
+        per_group = int(sp.get("prompts_per_group", DEFAULT_PROMPTS_PER_GROUP))
+        nominal = int(sp.get("system_prompt_len", 0)) + int(sp["question_len"])
+        inflation = float(sp.get("token_inflation", TOKEN_INFLATION))
+        extra = int(sp.get("output_extra_tokens", OUTPUT_EXTRA_TOKENS))
+        if groups < 1 or per_group < 1:
+            raise ValueError("num_groups and prompts_per_group must be >= 1")
+        rng = np.random.default_rng([int(seed), 7919])
+        n = groups * per_group
+        mean = inflation * nominal
+        jitter = rng.normal(0.0, PROMPT_JITTER_PER_SQRT_TOKEN * np.sqrt(max(mean, 1.0)), n)
+        prompt = np.maximum(np.rint(mean + jitter), 1).astype(np.int64)
+        order = rng.permutation(n)
+        return cls(prompt[order], np.full(n, max(1, int(sp["output_len"]) + extra), np.int64),
+                   (np.arange(n) // per_group)[order].astype(np.int64))
+
+    def columns(self, index) -> dict:
+        """Token counts and prefix columns of the requests sent at positions `index`."""
+        p = np.asarray(index, np.int64) % len(self)
+        return {"prompt_tokens": self.prompt_tokens[p], "output_tokens": self.output_tokens[p],
+                "prefix_group": p, "prefix_tokens": self.prompt_tokens[p]}
+
+
+SHARED_PREFIX_KEYS = {"num_groups", "prompts_per_group", "system_prompt_len", "question_len",
+                      "output_len", "multi_turn", "token_inflation", "output_extra_tokens"}
+
+
+def shared_prefix(stages, *, arrival: str = "normalized_exponential", seed: int = 0,
+                  **spec) -> Workload:
+    """inference-perf `shared_prefix` data (`PromptSet`) sent at the stages' rates.
+
+    `spec`: keys of `SHARED_PREFIX_KEYS` (`data_specs/scenario.md`). `multi_turn`
+    (inference-perf's `enable_multi_turn_chat`) changes no token count: the recorded prompts
+    of multi-turn runs do not grow from round to round."""
+    unknown = sorted(set(spec) - SHARED_PREFIX_KEYS)
+    if unknown:
+        raise ValueError(f"unknown shared_prefix key(s) {unknown} (one of {sorted(SHARED_PREFIX_KEYS)})")
     rng = np.random.default_rng(seed)
     arr, stage, bounds = stage_arrivals(stages, arrival, rng)
-    n = len(arr)
-    users = max(1, num_groups * max(1, users_per_group))
-    user = rng.integers(0, users, size=n)
-    group = (user // max(1, users_per_group)).astype(np.int64)
-    prompt = np.full(n, system_prompt_len + question_len, np.int64)
-    return Workload(arr, np.maximum(prompt, 1), np.full(n, max(1, output_len), np.int64),
-                    group, np.full(n, system_prompt_len, np.int64), stage, None, bounds)
+    cols = PromptSet.from_spec(spec, seed).columns(np.arange(len(arr)))
+    return Workload(arr, cols["prompt_tokens"], cols["output_tokens"], cols["prefix_group"],
+                    cols["prefix_tokens"], stage, None, bounds)
 
 
 def check_token_spec(spec, path, field_name):
@@ -209,3 +308,39 @@ def check_token_spec(spec, path, field_name):
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(path, f"invalid token distribution: {exc}", field=field_name,
                          expected="an int or {dist: fixed|uniform|normal|lognormal, ...}") from None
+
+
+def cached_prompt_tokens(w: Workload, block_size: int) -> np.ndarray:
+    """Prompt tokens each request could take from the prefix cache, evictions ignored: the
+    full blocks of its group's prefix (short of its last token) once the group was sent."""
+    seen = np.zeros(len(w), bool)
+    g = w.prefix_group
+    has = g >= 0
+    if has.any():
+        _, first = np.unique(g[has], return_index=True)
+        rows = np.flatnonzero(has)
+        seen[rows] = True
+        seen[rows[first]] = False
+    usable = np.minimum(w.prefix_tokens, w.prompt_tokens - 1)
+    return np.where(seen, (usable // max(1, int(block_size))) * int(block_size), 0)
+
+
+def workload_summary(w: Workload, block_size: int = 16) -> list[dict]:
+    """What a workload sends, per stage: requests, rate, prompt and output token counts
+    (mean and p10/p50/p90) and `cache_hit_share` (prompt tokens the prefix cache can serve,
+    `cached_prompt_tokens`, over all prompt tokens). RESULT.json and PLAN.json carry it."""
+    cached = cached_prompt_tokens(w, block_size)
+    out = []
+    for s, (a, b) in enumerate(w.stage_bounds_s):
+        sel = w.stage == s
+        n = int(sel.sum())
+        row = {"stage": s, "n_requests": n, "rate_rps": n / (b - a) if b > a else None}
+        for name, x in (("prompt_tokens", w.prompt_tokens[sel]), ("output_tokens", w.output_tokens[sel])):
+            row[name] = ({"mean": float(x.mean()),
+                          **{f"p{q}": float(np.percentile(x, q)) for q in (10, 50, 90)}}
+                         if n else None)
+        row["n_prefix_groups"] = int(len(np.unique(w.prefix_group[sel & (w.prefix_group >= 0)])))
+        total = float(w.prompt_tokens[sel].sum())
+        row["cache_hit_share"] = float(cached[sel].sum() / total) if total else None
+        out.append(row)
+    return out

@@ -128,11 +128,12 @@ def test_request_stream_of_inference_perf_profiles_and_replays():
     folder = Path(__file__).resolve().parents[2] / "bayesblis/data/samples/inference-perf-2stage"
     profile = load_scenario(folder, hardware="H100")
     st = RequestStream(profile)
-    assert (st.kind, st.arrival) == ("shared_prefix", "constant")
-    w = st.workload(4.0, 10.0)
-    assert len(w) == 40 and np.allclose(np.diff(w.arrival_s), 0.25)   # constant: 1 / rate
-    sp = profile.workload_spec["shared_prefix"]
-    assert set(w.prompt_tokens) == {sp["system_prompt_len"] + sp["question_len"]}
+    assert (st.kind, st.arrival) == ("shared_prefix", "normalized_exponential")
+    w = st.workload(4.0, 500.0)
+    assert abs(len(w) - 2000) < 150                       # exponential gaps at 1 / rate
+    np.testing.assert_array_equal(w.prefix_group, np.arange(len(w)) % 100)   # 10 x 10 prompts
+    assert set(zip(w.prompt_tokens, w.output_tokens)) == set(
+        zip(st.prompts.prompt_tokens, st.prompts.output_tokens))
     assert (default_duration_s(profile), default_start_rate(profile)) == (150.0, 2.0)
     replay = load_scenario(folder, hardware="H100", replay=True)
     st = RequestStream(replay, seed=1)

@@ -10,7 +10,9 @@ import yaml
 
 from bayesblis.errors import InputError
 from bayesblis.simulate.scenario import Scenario, load_scenario
-from bayesblis.simulate.workload import generate, sample_tokens, shared_prefix, stage_arrivals
+from bayesblis.simulate.workload import (OUTPUT_EXTRA_TOKENS, TOKEN_INFLATION, generate,
+                                         sample_tokens, shared_prefix, stage_arrivals,
+                                         workload_summary)
 
 from sim_helpers import REAL
 
@@ -93,11 +95,29 @@ def test_token_distributions_and_arrivals():
     assert abs(len(tp) - 5000) < 300 and tp.max() < 50
 
 
-def test_shared_prefix_workload():
-    w = shared_prefix([{"rate": 10, "duration": 10}], num_groups=5, users_per_group=4,
+def test_shared_prefix_workload_cycles_its_prompt_set():
+    w = shared_prefix([{"rate": 10, "duration": 30}], num_groups=5, prompts_per_group=4,
                       system_prompt_len=100, question_len=400, output_len=250, seed=0)
-    assert len(w) == 100 and set(np.unique(w.prefix_group)) <= set(range(5))
-    assert np.all(w.prompt_tokens == 500) and np.all(w.prefix_tokens == 100)
+    assert len(w) == 300 and w.arrival_s[-1] == pytest.approx(30.0)   # rate x duration, sent
+    assert set(np.unique(w.prefix_group)) == set(range(20))          # 5 x 4 prompts
+    np.testing.assert_array_equal(w.prefix_group, np.arange(300) % 20)  # in turn
+    np.testing.assert_array_equal(w.prompt_tokens[:20], w.prompt_tokens[20:40])
+    assert np.all(w.prefix_tokens == w.prompt_tokens)                  # cached whole once sent
+    assert abs(np.mean(w.prompt_tokens) / 500 - TOKEN_INFLATION) < 0.01
+    assert np.all(w.output_tokens == 250 + OUTPUT_EXTRA_TOKENS)
+    with pytest.raises(ValueError, match="users_per_group"):
+        shared_prefix([{"rate": 1, "duration": 1}], users_per_group=2, question_len=1, output_len=1)
+
+
+def test_inference_perf_load_timers():
+    rng = np.random.default_rng(0)
+    t, s, _ = stage_arrivals([{"rate": 20, "duration": 60}, {"rate": 5, "duration": 60}],
+                             "normalized_exponential", rng)
+    assert list(np.bincount(s)) == [1200, 300] and t[1199] == pytest.approx(60.0)
+    gaps = np.diff(t[:1200])
+    assert 0.9 < gaps.std() / gaps.mean() < 1.1                        # exponential, not even
+    t, _, _ = stage_arrivals([{"rate": 20, "duration": 100}], "poisson_per_second", rng)
+    assert abs(len(t) - 2000) < 200 and t.max() <= 100
 
 
 def test_generate_without_prefix_has_no_groups():
@@ -115,13 +135,32 @@ def test_inference_perf_folder_synthetic_and_replay():
     assert sc.tp == 4
     w = sc.build_workload()
     assert len(w) == 8 * 600 + 20 * 600 and w.n_stages == 2
-    assert np.all(w.prompt_tokens == 100 + 447) and np.all(w.output_tokens == 248)
+    np.testing.assert_array_equal(w.prefix_group, np.arange(len(w)) % 100)   # 10 x 10 prompts
     rp = Scenario.from_inference_perf(folder, "H100-SXM", replay=True).build_workload()
     assert len(rp) == 16800
     meta = json.loads((folder / "requests.json").read_text())["requests"]
     assert sorted(rp.prompt_tokens.tolist()) == sorted(r["input_tokens"] for r in meta)
     assert list(np.bincount(rp.stage)) == [sum(1 for r in meta if r["arrival_time_us"] < 600e6),
                                            sum(1 for r in meta if r["arrival_time_us"] >= 600e6)]
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="shared real data absent")
+@pytest.mark.parametrize("run", sorted(p.name for p in REAL.iterdir()) if REAL.is_dir() else [])
+def test_generated_workload_matches_what_the_run_sent(run):
+    """Prompt and output lengths and the cache-hit share of the workload generated from
+    profile.yaml match the run's requests.json (its valid requests, replayed)."""
+    folder = REAL / run
+    gen = Scenario.from_inference_perf(folder, "H100-SXM").build_workload()
+    rec = Scenario.from_inference_perf(folder, "H100-SXM", replay=True).build_workload()
+    ok = ~rec.has_error
+    assert len(gen) == len(rec)
+    assert np.median(gen.prompt_tokens) == pytest.approx(np.median(rec.prompt_tokens[ok]), rel=0.015)
+    assert np.std(gen.prompt_tokens) < 3 * max(np.std(rec.prompt_tokens[ok]), 1) + 5
+    assert np.median(gen.output_tokens) == pytest.approx(np.median(rec.output_tokens[ok]), rel=0.01)
+    if rec.has_error.mean() > 0.5:   # error rows record 0 tokens: replay finds no cycle
+        return
+    share = {name: workload_summary(w)[0]["cache_hit_share"] for name, w in (("gen", gen), ("rec", rec))}
+    assert share["gen"] == pytest.approx(share["rec"], abs=0.02)
 
 
 @pytest.mark.skipif(not REAL.is_dir(), reason="shared real data absent")
