@@ -85,11 +85,13 @@ non-shrinking relative error ``sigma_kind``."""
 DEFAULT_SAMPLER = {"draws": 500, "tune": 500, "chains": 2, "target_accept": 0.9,
                    "low_rank_mass_matrix": True, "max_treedepth": 10,
                    "seed": 1, "advi_iterations": 30000, "advi_learning_rate": 0.01,
-                   "store_obs_means": True, "advi_mode": None, "nuts_backend": "numba",
+                   "store_obs_means": False, "advi_mode": None, "nuts_backend": "numba",
                    "laplace": "auto", "importance_draws": 1000}
 """``advi_mode``: pytensor compile mode of the ADVI step (None: pytensor's default, C;
 "NUMBA": longer compile, about 6x faster steps on this model); ``store_obs_means``: keep
-the per-observation ``mean_s`` in NUTS traces; ``nuts_backend``: how nutpie evaluates the
+the per-observation ``mean_s`` draws in the in-memory trace (draws x observations numbers,
+never written to a posterior file: `store.without_observation_draws`; `bayesblis.ppc`
+recomputes them); ``nuts_backend``: how nutpie evaluates the
 log density, "numba" (compiled once, reused by weighted refits) or "jax" (the data frozen
 into an XLA program: compiles in seconds instead of minutes and has the faster gradient on
 large tables, see benchmarks/fit_speed.py; a weighted refit compiles again); ``laplace``:
@@ -395,7 +397,8 @@ class LatencyModel:
                 idata = pm.sample(draws=cfg["draws"], tune=cfg["tune"], chains=cfg["chains"],
                                   cores=min(cfg["chains"], 2), target_accept=cfg["target_accept"],
                                   random_seed=cfg["seed"], progressbar=progressbar,
-                                  compute_convergence_checks=False)
+                                  compute_convergence_checks=False,
+                                  var_names=self._trace_names(cfg))
         elif method == "advi":
             idata = self._fit_advi(cfg, progressbar)
         elif method == "summary":
@@ -563,10 +566,10 @@ class LatencyModel:
         self._compiled_backend = backend
 
     def _trace_names(self, cfg) -> list[str] | None:
-        """Variables a NUTS trace keeps: all (None) unless ``store_obs_means`` is False,
-        then all but the per-observation ``mean_s`` (its trace is draws x observations
-        numbers: 1.6 GB for 1,000 draws of 200k observations)."""
-        if cfg.get("store_obs_means", True) or "mean_s" not in self.model.named_vars:
+        """Variables a trace keeps: all (None) with ``store_obs_means``, else all but the
+        per-observation ``mean_s`` (its trace is draws x observations numbers: 1.6 GB for
+        1,000 draws of 200k observations)."""
+        if cfg.get("store_obs_means", False) or "mean_s" not in self.model.named_vars:
             return None
         return [v.name for v in self.model.free_RVs + self.model.deterministics
                 if v.name != "mean_s"]
@@ -580,6 +583,8 @@ class LatencyModel:
                             callbacks=[pm.callbacks.CheckParametersConvergence(tolerance=1e-3)],
                             **mode)
             idata = approx.sample(cfg["draws"] * cfg["chains"], random_seed=cfg["seed"])
+        if not cfg.get("store_obs_means", False) and "mean_s" in idata.posterior:
+            del idata.posterior["mean_s"]
         self._advi_loss = [float(x) for x in approx.hist[-100:]]
         return idata
 

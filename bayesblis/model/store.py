@@ -4,6 +4,13 @@ The file is an ArviZ InferenceData; its `posterior` group carries, as attributes
 model version, the model config (priors, features), the configuration table, fit
 diagnostics and the package versions that wrote it. `load_posterior` refuses a file of
 another model version.
+
+No draws per observation are stored (`without_observation_draws`): the per-observation
+mean ``mean_s``, prior predictive ``y_obs`` and the model's data arrays are draws x
+observations numbers (255 MB for 2 x 2,000 draws of 8,000 observations) that the stored
+coefficients and the observation table (group `OBS_GROUP`) give back when needed
+(`bayesblis.ppc` rebuilds the model and recomputes them). Such variables in a file
+written before are dropped on load without being read.
 """
 
 from __future__ import annotations
@@ -84,7 +91,7 @@ def save_posterior(model, path) -> Path:
         "versions": json.dumps(package_versions()),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    idata = model.idata
+    idata = without_observation_draws(model.idata)
     for key, value in attrs.items():
         idata.posterior.attrs[_ATTR_PREFIX + key] = value
     if (OBS_GROUP not in idata.groups() and getattr(model, "data", None) is not None
@@ -108,6 +115,7 @@ def load_posterior(path) -> Posterior:
         raise InputError(path, f"not a NetCDF posterior file ({type(exc).__name__}: {exc})") from exc
     if "posterior" not in idata.groups():
         raise InputError(path, "no posterior group", field="posterior")
+    idata = without_observation_draws(idata)  # files written before kept mean_s draws
     attrs = idata.posterior.attrs
     version = attrs.get(_ATTR_PREFIX + "model_version")
     if version is None:
@@ -128,6 +136,29 @@ def load_posterior(path) -> Posterior:
                      fit_info=json.loads(attrs.get(_ATTR_PREFIX + "fit_info", "{}")),
                      versions=json.loads(attrs.get(_ATTR_PREFIX + "versions", "{}")),
                      path=str(path), data=data)
+
+
+def without_observation_draws(idata):
+    """`idata` without any variable over the observation dimension (``mean_s``, ``y_obs``
+    and the data arrays ``X``, ``y_s``, ...) outside the observation table `OBS_GROUP`;
+    groups left empty are dropped. Lazily loaded variables are dropped unread; the group
+    attributes (`save_posterior`'s metadata) are kept."""
+    groups = {}
+    for name in idata.groups():
+        dataset = getattr(idata, name)
+        if name != OBS_GROUP:
+            drop = [v for v in dataset.variables if DIM_OBS in dataset[v].dims]
+            if drop:
+                dataset = dataset.drop_vars(drop)
+                if not dataset.data_vars:
+                    continue
+        groups[name] = dataset
+    if len(groups) == len(idata.groups()) and all(
+            groups[g] is getattr(idata, g) for g in groups):
+        return idata
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # OBS_GROUP is outside ArviZ's scheme
+        return az.InferenceData(**groups)
 
 
 def observation_dataset(obs: pd.DataFrame) -> xr.Dataset:

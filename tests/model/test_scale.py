@@ -56,7 +56,10 @@ def test_nuts_trace_can_leave_out_observation_means():
     model.build_model(data)
     names = model._trace_names(model.sampler_config)
     assert "mean_s" not in names and "beta" in names
-    assert LatencyModel()._trace_names(LatencyModel().sampler_config) is None  # default: all
+    kept = LatencyModel(sampler_config={"store_obs_means": True})
+    kept.build_model(data)
+    assert kept._trace_names(kept.sampler_config) is None  # all
+    assert LatencyModel().sampler_config["store_obs_means"] is False  # default: left out
 
 
 def _means_and_expected(model):
