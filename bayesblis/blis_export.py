@@ -100,24 +100,79 @@ def draw_sets(draws, n: int | None, *, seed: int = 0, mean: bool = False):
 
 def write_go_files(out: Path, deployment, beta, alpha, sigma, nu, *, async_scheduling=True,
                    api_return_delay: bool = True, engine_config=None, seed: int = 0,
+                   max_num_batched_tokens: int = 0, max_num_seqs: int = 0,
                    context: dict | None = None) -> list[Path]:
     """One `bayesblis-go` file per row of `beta`/`alpha`: `out` itself for one row, else
     `<stem>.draw000.json`, ... beside it. Returns the paths written."""
-    out = Path(out)
     beta, alpha = np.atleast_2d(beta), np.atleast_2d(alpha)
     n = beta.shape[0]
-    paths = [out] if n == 1 else [out.with_name(f"{out.stem}.draw{d:03d}{out.suffix or '.json'}")
-                                  for d in range(n)]
+    paths = draw_paths(out, n, ".json")
     seeds = np.random.SeedSequence(seed).generate_state(n)
     for d, path in enumerate(paths):
         rec = go_record(deployment, beta[d], alpha[d], noise_sigma=float(np.ravel(sigma)[d]),
                         noise_nu=float(np.ravel(nu)[d]), noise_seed=int(seeds[d]),
                         async_scheduling=async_scheduling, api_return_delay=api_return_delay,
+                        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                         draw=None if n == 1 else d,
                         context=context)
         if engine_config is not None:
             rec = with_engine(rec, engine_config)
         atomic.write_json(path, rec)
+    return paths
+
+
+def draw_paths(out, n: int, suffix: str) -> list[Path]:
+    """`out` for one set, else `<stem>.draw000<suffix>`, ... beside it."""
+    out = Path(out)
+    if n == 1:
+        return [out]
+    return [out.with_name(f"{out.stem}.draw{d:03d}{out.suffix or suffix}") for d in range(n)]
+
+
+def trained_physics_yaml(alpha_coeffs, beta_coeffs, *, config: str, comments=()) -> str:
+    """BLIS `trained_physics_coefficients` YAML of one coefficient set (BLIS orders)."""
+    from bayesblis.coefficients import BLIS_ALPHA_ORDER
+    from bayesblis.features.beta import BLIS_BETA_ORDER
+
+    lines = [f"# bayesblis coefficients for {config}", *(f"# {c}" for c in comments),
+             "trained_physics_coefficients:", "  alpha_coeffs:"]
+    lines += [f"    - {float(v)!r}  # {n}" for n, v in zip(BLIS_ALPHA_ORDER, alpha_coeffs)]
+    lines.append("  beta_coeffs:")
+    lines += [f"    - {float(v)!r}  # {n}" for n, v in zip(BLIS_BETA_ORDER, beta_coeffs)]
+    return "\n".join(lines) + "\n"
+
+
+def slot_mapping(deployment, beta, alpha_us) -> tuple[list, list]:
+    """bayesblis coefficients copied into BLIS's slots (`features.beta.to_blis_beta`,
+    `coefficients.to_blis_alpha`): same names, different bases (docs/blis.md)."""
+    from bayesblis.coefficients import to_blis_alpha
+    from bayesblis.features.beta import BETA_FEATURES, to_blis_beta
+
+    b = dict(zip(BETA_FEATURES, np.asarray(beta, float)))
+    a = dict(zip(ALPHA_FEATURES, np.asarray(alpha_us, float)))
+    return (to_blis_alpha(a),
+            to_blis_beta(b, tp=deployment.tp, weight_stream_factor=deployment.weight_stream_factor))
+
+
+def write_trained_physics_files(out, deployment, beta, alpha, *, context=None,
+                                mapping=None) -> list[Path]:
+    """One BLIS trained-physics YAML per row of `beta`/`alpha` (`draw_paths`).
+    `mapping(deployment, beta_row, alpha_row) -> (alpha_coeffs, beta_coeffs, comments)`
+    turns a bayesblis set into BLIS's (default: `slot_mapping`)."""
+    beta, alpha = np.atleast_2d(beta), np.atleast_2d(alpha)
+    paths = draw_paths(out, beta.shape[0], ".yaml")
+    for d, path in enumerate(paths):
+        if mapping is None:
+            a, b = slot_mapping(deployment, beta[d], alpha[d])
+            comments = ["slot mapping: bayesblis coefficients in BLIS's slots (bases differ)"]
+        else:
+            a, b, comments = mapping(deployment, beta[d], alpha[d])
+        if len(paths) > 1:
+            comments = [f"draw {d} of {len(paths)}", *comments]
+        if context:
+            comments = [*comments, *(f"{k}: {v}" for k, v in context.items())]
+        atomic.write_text(path, trained_physics_yaml(a, b, config=deployment.config_key,
+                                                     comments=comments))
     return paths
 
 

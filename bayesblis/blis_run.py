@@ -339,3 +339,15 @@ def blis_gpu_name(deployment) -> str:
     """BLIS's hardware_config.json key of the deployment's GPU."""
     name = deployment.gpu.name
     return {"H100-SXM": "H100", "A100-SXM-80GB": "A100-80"}.get(name, name)
+
+
+def default_tp_inputs(binary, deployment) -> tuple[Path, Path]:
+    """BLIS's own model config folder and hardware_config.json for a trained-physics run,
+    from the checkout `build_blis` built `binary` from (`<binary dir>/src`)."""
+    src = Path(binary).resolve().parent / "src"
+    name = blis_model_name(deployment, "trained-physics").split("/")[-1]
+    folder, hw = src / "model_configs" / name, src / "hardware_config.json"
+    if not (folder / "config.json").exists() or not hw.exists():
+        raise BlisError(f"no {folder / 'config.json'} or {hw}: pass --model-config-folder "
+                        "(the model's config.json) and --hardware-config")
+    return folder, hw

@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "validate": ("validate", "Leave-one-out validation against measured runs."),
     "plan": ("plan", "Capacity plan under SLOs with a stated probability."),
     "report": ("report", "Self-contained HTML report of a posterior."),
+    "blis-run": ("blis_run", "Run BLIS once per coefficient file; summarise like simulate."),
     "check": ("check", "Posterior-predictive checks per configuration."),
 }
 

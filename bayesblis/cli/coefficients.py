@@ -28,10 +28,25 @@ from bayesblis.constants import CI_PROB
 @click.option("--prob", default=CI_PROB, show_default=True, type=float,
               help="Credible-interval probability.")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
-              help="Output: .json (with intervals) or .yaml (BLIS trained_physics_coefficients).")
+              help="Output: .json (with intervals) or .yaml (BLIS trained_physics_coefficients); "
+                   "with --format bayesblis-go the file BLIS's bayesblis backend reads.")
+@click.option("--format", "fmt", type=click.Choice(["auto", "bayesblis-go"]), default="auto",
+              show_default=True,
+              help="auto: by the suffix of --out; bayesblis-go: the coefficient file of "
+                   "`blis ... --latency-model bayesblis --bayesblis-coeffs FILE` "
+                   "(integrations/blis, docs/blis.md).")
+@click.option("--draws", "n_draws", type=click.IntRange(min=1), default=None,
+              help="Also write N coefficient sets, one file per draw (<stem>.drawNNN<suffix>): "
+                   "the posterior-predictive draws of a new run that `simulate --draws N "
+                   "--seed S` runs (bayesblis-go or BLIS YAML; `blis-run` runs BLIS per file).")
+@click.option("--max-num-seqs", type=int, default=None,
+              help="vLLM max_num_seqs; recorded (bayesblis-go: predicts the next step).")
+@click.option("--async-scheduling/--no-async-scheduling", default=True, show_default=True,
+              help="bayesblis-go: the engine schedules one step ahead (vLLM's default).")
 @click.option("--seed", default=0, show_default=True, type=int)
 def command(posterior, model_name, hardware, tp, ep, dtype, max_num_batched_tokens,
-            max_model_len, cpu_offload_gb, allow_unseen, prob, out_path, seed):
+            max_model_len, cpu_offload_gb, allow_unseen, prob, out_path, fmt, n_draws,
+            max_num_seqs, async_scheduling, seed):
     """Posterior mean, median and credible interval of every coefficient for one configuration."""
     from bayesblis.coefficients import blis_yaml, deployment_draws, export_record, format_table
     from bayesblis.features.physics import Deployment
@@ -48,6 +63,15 @@ def command(posterior, model_name, hardware, tp, ep, dtype, max_num_batched_toke
                            {"posterior": str(posterior)})
     click.echo(format_table(record))
     out = Path(out_path)
+    if n_draws is not None and fmt != "bayesblis-go" and out.suffix not in (".yaml", ".yml"):
+        raise click.UsageError("--draws writes BLIS files: use --format bayesblis-go or a .yaml --out")
+    if fmt == "bayesblis-go" or n_draws is not None:
+        _write_blis_sets(post, deployment, draws, out, fmt, n_draws, seed=seed,
+                         allow_unseen=allow_unseen, async_scheduling=async_scheduling,
+                         max_num_batched_tokens=max_num_batched_tokens,
+                         max_num_seqs=max_num_seqs, context={"posterior": str(posterior)})
+        if fmt == "bayesblis-go":
+            return
     if out.suffix in (".yaml", ".yml"):
         atomic.write_text(out, blis_yaml(record))
         atomic.write_json(out.with_suffix(".json"), record)
@@ -55,3 +79,29 @@ def command(posterior, model_name, hardware, tp, ep, dtype, max_num_batched_toke
     else:
         atomic.write_json(out, record)
         click.echo(f"wrote {out}")
+
+
+def _write_blis_sets(post, deployment, draws, out, fmt, n_draws, *, seed, allow_unseen,
+                     async_scheduling, max_num_batched_tokens, max_num_seqs, context):
+    """bayesblis-go files (the posterior mean, or one per predictive draw) or, with --draws,
+    one BLIS trained-physics YAML per draw."""
+    from bayesblis.blis_export import draw_sets, write_go_files, write_trained_physics_files
+    from bayesblis.coefficients import deployment_draws
+
+    if n_draws is not None:   # the draws `simulate --draws N --seed S` runs
+        sets = deployment_draws(post, deployment, allow_unseen=allow_unseen, seed=seed,
+                                n_draws=n_draws, new_run=True)
+        beta, alpha, sigma, nu = draw_sets(sets, None)
+    else:
+        beta, alpha, sigma, nu = draw_sets(draws, None, mean=True)
+    if fmt == "bayesblis-go":
+        paths = write_go_files(out, deployment, beta, alpha, sigma, nu,
+                               async_scheduling=async_scheduling, seed=seed,
+                               max_num_batched_tokens=max_num_batched_tokens or 0,
+                               max_num_seqs=max_num_seqs or 0, context=context)
+        what = "bayesblis-go (blis --latency-model bayesblis --bayesblis-coeffs FILE)"
+    else:
+        paths = write_trained_physics_files(out, deployment, beta, alpha, context=context)
+        what = "BLIS trained_physics_coefficients, one per draw"
+    shown = f"{paths[0]}" if len(paths) == 1 else f"{len(paths)} files {paths[0].name} .. {paths[-1].name}"
+    click.echo(f"wrote {shown} ({what})")
