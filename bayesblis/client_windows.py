@@ -308,7 +308,7 @@ at its arrival (async scheduling), but TTFTs far outnumber decode windows: at on
 is priced as an average decode step; other prefills in the waited-for steps are ignored)
 then steered the step coefficients every configuration shares. One per 2 s, measured
 leaving one model out (seeds 1 / 2): E2E 7.5 / 11.7% -> 2.8 / 8.8%, TTFT 8.9 / 7.2% -> 5.9 /
-6.5% (docs/measurements.md, "TTFT in steps, async scheduling and repeated prompts")."""
+6.5% (docs/accuracy.md, "What shapes the model on these runs")."""
 
 
 def thin_windows(table: pd.DataFrame, *, min_gap_s: float | None = None,
@@ -340,7 +340,7 @@ requests (15-20 s) ran up to 2.3x slower per output token (11 of the 12) and wit
 the steady TTFT than the same stage later: most likely a cold server, not the deployment's
 steady speed. Calibrating on the first 50 requests taught the calibration that slowness
 (held-out E2E off by 31%, against 7% with no calibration at all); in the fit, skipping them
-took leave-one-model-out E2E from 5.2% to 3.5% (docs/measurements.md). Their requests still
+took leave-one-model-out E2E from 5.2% to 3.5% (docs/history.md). Their requests still
 occupy the batch timeline of the windows after them."""
 
 

@@ -64,7 +64,7 @@ all-reduces (about 1.2x the bytes over NVLink on H100), while vLLM's steps run i
 custom all-reduce kernels, which fits of the traced runs price at ~0.2x. Pooled, they pulled
 TP all-reduce up: held out by model, E2E 8.0 / 8.7% with them (model version 3) against
 2.8 / 2.2% with the linear-layer rows only and the GEMV factor (seeds 1 / 2, model version 4,
-docs/measurements.md)."""
+docs/accuracy.md)."""
 F_COLUMNS = tuple(f"f_{f}" for f in BETA_FEATURES)
 A_COLUMNS = tuple(f"a_{a}" for a in ALPHA_FEATURES)
 EXTRA_COLUMNS = ("num_tokens", "message_bytes")

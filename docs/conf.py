@@ -34,8 +34,7 @@ extensions = [
     "sphinx_copybutton",
 ]
 
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "generated/notebooks/README.md"]
-templates_path = ["_templates"]
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "generated/more-pages.md"]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 
 html_theme = "furo"
@@ -57,29 +56,38 @@ default_role = "code"
 nitpicky = False
 
 # Notebooks: executed at build, in order, in one shared work folder (03-05 reuse the
-# fit of 02), importing notebooks/nbsupport.py.
+# fit of 02), importing notebooks/nbsupport.py. Where BAYESBLIS_DOCS_NOTEBOOKS names a folder
+# of notebooks already executed (tests/test_notebooks.py writes them there when
+# BAYESBLIS_NOTEBOOK_EXECUTED_DIR is set, as .ci/run does), those are rendered as they are.
 nb_execution_mode = os.environ.get("BAYESBLIS_DOCS_EXECUTE", "force")
 nb_execution_timeout = 900
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_merge_streams = True
+nb_execution_excludepatterns: list[str] = []
+EXECUTED = os.environ.get("BAYESBLIS_DOCS_NOTEBOOKS")
 
 
 def _copy_notebooks() -> None:
-    """notebooks/*.ipynb -> docs/generated/notebooks (Sphinx reads sources only from docs/)."""
+    """notebooks/*.ipynb -> docs/generated/notebooks (Sphinx reads sources only from docs/);
+    an executed copy from BAYESBLIS_DOCS_NOTEBOOKS where there is one (not run again)."""
     target = GENERATED / "notebooks"
     target.mkdir(parents=True, exist_ok=True)
     for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        source = path
+        if EXECUTED and (Path(EXECUTED) / path.name).is_file():
+            source = Path(EXECUTED) / path.name
+            nb_execution_excludepatterns.append(f"generated/notebooks/{path.name}")
         dest = target / path.name
-        if not dest.exists() or dest.read_bytes() != path.read_bytes():
-            shutil.copyfile(path, dest)
+        if not dest.exists() or dest.read_bytes() != source.read_bytes():
+            shutil.copyfile(source, dest)
 
 
 _copy_notebooks()
-os.environ.setdefault("BAYESBLIS_NOTEBOOK_WORK", tempfile.mkdtemp(prefix="bayesblis-docs-nb-"))
+_WORK = tempfile.TemporaryDirectory(prefix="bayesblis-docs-nb-")  # removed when the build ends
+os.environ.setdefault("BAYESBLIS_NOTEBOOK_WORK", _WORK.name)
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(NOTEBOOKS), os.environ.get("PYTHONPATH", "")) if p)
-os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 def _format_pages() -> None:
@@ -94,3 +102,23 @@ def _format_pages() -> None:
 
 
 _format_pages()
+
+
+INDEXED = {"index", "usage", "model", "accuracy", "calibration", "operator-profiles",
+           "large-traces", "sampler", "limits", "history", "notebooks", "formats",
+           "architecture", "api"}
+"""The pages index.md lists itself."""
+
+
+def _more_pages() -> None:
+    """Any other page of docs/ (docs/blis.md, ...) in a toctree index.md includes, so a new
+    page needs no edit of the index to be built and found."""
+    extra = sorted(p.stem for p in DOCS.glob("*.md") if p.stem not in INDEXED)
+    text = ("```{toctree}\n:caption: More\n:maxdepth: 1\n\n" + "\n".join(extra) + "\n```\n"
+            if extra else "")
+    dest = GENERATED / "more-pages.md"
+    if not dest.exists() or dest.read_text() != text:
+        dest.write_text(text)
+
+
+_more_pages()

@@ -7,7 +7,8 @@ the cell tagged ``parameters``. BAYESBLIS_NOTEBOOK_DEFAULTS=1 runs them at their
 defaults instead. They share one work folder for the session (BAYESBLIS_NOTEBOOK_WORK), in
 order, so 03 and 04 reuse the posterior 02 saved (the same injected settings name the same
 file); each one regenerates what is missing, so any one also runs alone
-(`pytest tests/test_notebooks.py -k 03`).
+(`pytest tests/test_notebooks.py -k 03`). With BAYESBLIS_NOTEBOOK_EXECUTED_DIR set, each
+executed notebook is written there (CI's documentation build renders them, docs/conf.py).
 """
 
 from __future__ import annotations
@@ -95,3 +96,7 @@ def test_notebook_runs_top_to_bottom(path, work_dir):
     except nbclient.exceptions.CellExecutionError as exc:
         pytest.fail(f"{path.name}: a cell failed\n{exc}", pytrace=False)
     print(f"{path.name}: {time.perf_counter() - started:.0f} s")
+    executed = os.environ.get("BAYESBLIS_NOTEBOOK_EXECUTED_DIR")
+    if executed:  # the documentation build renders these instead of running them again
+        Path(executed).mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, Path(executed) / path.name)

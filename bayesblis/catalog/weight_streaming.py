@@ -5,7 +5,7 @@ depends on its shape: on H100 the operator profiles (``../shared/data/operator-p
 Vidur) time one layer's four matmuls at 1-16 tokens at 1.14x the bytes-over-peak time for
 Llama-2-70B at TP 1 but 1.26x for Llama-2-7B (smaller matrices) and 1.67x for Llama-2-7B at
 TP 4. Fits of the traced runs find the same order per configuration (model version 4,
-docs/measurements.md). So where a profile of the deployment's model, GPU and TP exists, the
+docs/operator-profiles.md). So where a profile of the deployment's model, GPU and TP exists, the
 ``weight_traffic_s`` feature carries it (`features.beta`): the ratio of the profiled time to
 bytes over peak, divided by the GPU's median ratio over every profiled model and TP (the
 ``reference``), so the fitted coefficient keeps its meaning and an unprofiled deployment

@@ -77,7 +77,7 @@ ROOFLINE_MFU = 1.0
 the peak exceeds the memory time at peak bandwidth, i.e. at the datasheet ridge point.
 The compute coefficients (~ 1/MFU, >= 1) price what lies beyond. (0.5 was tried first:
 it charged the ~500-token prefill chunks of the shared runs 3 ms more per step than their
-TTFTs show, docs/measurements.md.)"""
+TTFTs show, docs/accuracy.md.)"""
 
 
 def roofline_excess(features: np.ndarray) -> np.ndarray:

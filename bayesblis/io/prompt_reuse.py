@@ -6,7 +6,7 @@ first occurrence is served from the cache except its last partial block, so its 
 computes a few tokens, not hundreds. The 16 shared H100 runs do this with P = 100: each
 run's input lengths repeat at lag 100 in 98-99.7% of requests, and each length occurs a
 multiple of n / 100 times. Priced as fresh prompts, their prefill came out 75-110x faster
-than the GPU's datasheet peak (docs/measurements.md, "Repeated prompts").
+than the GPU's datasheet peak (docs/accuracy.md, "What shapes the model on these runs").
 
 The period is found from the input lengths alone (`prompt_period`): the smallest lag at
 which at least `MIN_MATCH` of the requests have the length of the request `lag` earlier,

@@ -58,12 +58,12 @@ BETA_PRIORS = {
     # its datasheet); centred on the operator profiles' 1.20 (H100 NVLink, NCCL; A100
     # 1.78). Unfloored, fits of the shared runs put it at ~0.22 (4.5x the link), and the
     # floor makes held-out predictions better: by model E2E 5.6 / 3.5% -> 3.7 / 3.1%
-    # (seeds 1 / 2), overloaded stages 13.2 / 15.2% -> 9.6 / 7.3% (docs/measurements.md,
+    # (seeds 1 / 2), overloaded stages 13.2 / 15.2% -> 9.6 / 7.3% (docs/history.md,
     # model version 5; earlier, scored on 30 draws and without the GEMV factor, it looked
     # worse). One value per GPU (the interconnect and NCCL, like tp_sync_s): with family
     # and dense/MoE effects a model alone in its family at TP > 1 priced its per-token
     # cost with its own compute effect or its own all-reduce effect, a curved ridge that
-    # kept the demo's fit from converging (docs/measurements.md, sessions 16-17 and 23).
+    # kept the demo's fit from converging (docs/sampler.md, model versions 3-7).
     "tp_comm_s": {"median": 1.2, "log_sd": 0.8, "floor": 1.0, "levels": SOFTWARE},
     # All-reduce latency per exchange round (2 all-reduces per layer, log2(tp) rounds each):
     # small messages of decode are latency-bound, so the bandwidth feature above misses it.

@@ -52,7 +52,7 @@ admits only requests queued by then. A request queued while the engine is busy t
 waits for the rest of the step in flight *and* the step already scheduled behind it before
 its prefill runs: about 2.5 step times to its first token, against 1.5 without. (In the 16
 shared H100 runs the measured TTFT is 2.6-3.1 times the per-token decode time at every
-model, rate and prompt length below saturation; docs/measurements.md, "TTFT in steps".) An
+model, rate and prompt length below saturation; docs/accuracy.md, "What shapes the model on these runs".) An
 idle engine schedules a queued request at once. Approximation: only admission from the
 waiting queue lags; finished requests free their batch slots and KV blocks for the very
 next step, as without async scheduling.
