@@ -61,9 +61,13 @@ def one_run(folder: Path, post, binary: Path, work: Path, n_draws: int, seed: in
     for mapping in mappings:
         fn = None
         if mapping == "projection":
-            from bayesblis.blis_projection import projection_mapping
+            from bayesblis.blis_projection import BlisShape, projection_mapping
 
-            fn = projection_mapping(sc, cfg, seed=seed, max_duration_s=stage_end)
+            name = blis_model_name(dep, "trained-physics").split("/")[-1]
+            shape = BlisShape.from_hf_config(MODEL_CONFIGS / name / "config.json",
+                                             binary.parent / "src" / "hardware_config.json",
+                                             "H100", dep.tp)
+            fn = projection_mapping(sc, cfg, seed=seed, max_duration_s=stage_end, shape=shape)
         files = write_trained_physics_files(rd / f"tp-{mapping}.yaml", dep, cd.beta, cd.alpha,
                                             mapping=fn)
         name = blis_model_name(dep, "trained-physics").split("/")[-1]
