@@ -43,10 +43,26 @@ from bayesblis.constants import CI_PROB
               help="vLLM max_num_seqs; recorded (bayesblis-go: predicts the next step).")
 @click.option("--async-scheduling/--no-async-scheduling", default=True, show_default=True,
               help="bayesblis-go: the engine schedules one step ahead (vLLM's default).")
+@click.option("--project-on", "project_on", type=click.Path(exists=True, path_type=Path),
+              default=None,
+              help="BLIS YAML: fit BLIS's trained-physics basis to bayesblis's step and request "
+                   "model over the steps bayesblis's simulator runs on this scenario (YAML, "
+                   "inference-perf folder or TraceV2), instead of copying coefficients slot "
+                   "by slot; the fit's error is written in the YAML (docs/blis.md).")
+@click.option("--replay", is_flag=True, help="--project-on an inference-perf folder: its recorded requests.")
+@click.option("--max-duration-s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="--project-on: only the requests of the first S seconds (e.g. the first stage).")
+@click.option("--blis-model-config", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="--project-on: the folder with the config.json BLIS reads "
+                                 "(default: the catalog's values).")
+@click.option("--blis-hardware-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="--project-on: BLIS's hardware_config.json (default: the "
+                                 "catalog's datasheet).")
 @click.option("--seed", default=0, show_default=True, type=int)
 def command(posterior, model_name, hardware, tp, ep, dtype, max_num_batched_tokens,
             max_model_len, cpu_offload_gb, allow_unseen, prob, out_path, fmt, n_draws,
-            max_num_seqs, async_scheduling, seed):
+            max_num_seqs, async_scheduling, project_on, replay, max_duration_s,
+            blis_model_config, blis_hardware_config, seed):
     """Posterior mean, median and credible interval of every coefficient for one configuration."""
     from bayesblis.coefficients import blis_yaml, deployment_draws, export_record, format_table
     from bayesblis.features.physics import Deployment
@@ -65,14 +81,30 @@ def command(posterior, model_name, hardware, tp, ep, dtype, max_num_batched_toke
     out = Path(out_path)
     if n_draws is not None and fmt != "bayesblis-go" and out.suffix not in (".yaml", ".yml"):
         raise click.UsageError("--draws writes BLIS files: use --format bayesblis-go or a .yaml --out")
+    if project_on is not None and (fmt == "bayesblis-go" or out.suffix not in (".yaml", ".yml")):
+        raise click.UsageError("--project-on fits BLIS's trained-physics basis: give a .yaml --out")
+    mapping = None
+    if project_on is not None:
+        mapping = _projection(project_on, deployment, hardware, replay, seed, max_duration_s,
+                              blis_model_config, blis_hardware_config)
     if fmt == "bayesblis-go" or n_draws is not None:
-        _write_blis_sets(post, deployment, draws, out, fmt, n_draws, seed=seed,
+        _write_blis_sets(post, deployment, draws, out, fmt, n_draws, seed=seed, mapping=mapping,
                          allow_unseen=allow_unseen, async_scheduling=async_scheduling,
                          max_num_batched_tokens=max_num_batched_tokens,
                          max_num_seqs=max_num_seqs, context={"posterior": str(posterior)})
         if fmt == "bayesblis-go":
             return
-    if out.suffix in (".yaml", ".yml"):
+    if mapping is not None:
+        from bayesblis.blis_export import draw_sets, write_trained_physics_files
+
+        beta, alpha, _, _ = draw_sets(draws, None, mean=True)
+        write_trained_physics_files(out, deployment, beta, alpha, mapping=mapping,
+                                    context={"posterior": str(posterior), "set": "posterior mean",
+                                             "projected on": str(project_on)})
+        atomic.write_json(out.with_suffix(".json"), record)
+        click.echo(f"wrote {out} (BLIS format, projected on {project_on}) and "
+                   f"{out.with_suffix('.json')} (with intervals)")
+    elif out.suffix in (".yaml", ".yml"):
         atomic.write_text(out, blis_yaml(record))
         atomic.write_json(out.with_suffix(".json"), record)
         click.echo(f"wrote {out} (BLIS format) and {out.with_suffix('.json')} (with intervals)")
@@ -81,8 +113,28 @@ def command(posterior, model_name, hardware, tp, ep, dtype, max_num_batched_toke
         click.echo(f"wrote {out}")
 
 
+def _projection(scenario_path, deployment, hardware, replay, seed, max_duration_s, model_config,
+                hardware_config):
+    """The `blis_projection` mapping over the scenario's steps."""
+    from bayesblis.blis_projection import BlisShape, projection_mapping
+    from bayesblis.simulate.scenario import load_scenario
+
+    sc = load_scenario(scenario_path, hardware=hardware, replay=replay, seed=seed)
+    shape = None
+    if model_config is not None or hardware_config is not None:
+        if model_config is None or hardware_config is None:
+            raise click.UsageError("give both --blis-model-config and --blis-hardware-config")
+        from bayesblis.blis_run import blis_gpu_name
+
+        shape = BlisShape.from_hf_config(Path(model_config) / "config.json", hardware_config,
+                                         blis_gpu_name(deployment), deployment.tp)
+    return projection_mapping(sc, sc.engine_config(deployment), seed=seed,
+                              max_duration_s=max_duration_s, shape=shape)
+
+
 def _write_blis_sets(post, deployment, draws, out, fmt, n_draws, *, seed, allow_unseen,
-                     async_scheduling, max_num_batched_tokens, max_num_seqs, context):
+                     async_scheduling, max_num_batched_tokens, max_num_seqs, context,
+                     mapping=None):
     """bayesblis-go files (the posterior mean, or one per predictive draw) or, with --draws,
     one BLIS trained-physics YAML per draw."""
     from bayesblis.blis_export import draw_sets, write_go_files, write_trained_physics_files
@@ -101,7 +153,9 @@ def _write_blis_sets(post, deployment, draws, out, fmt, n_draws, *, seed, allow_
                                max_num_seqs=max_num_seqs or 0, context=context)
         what = "bayesblis-go (blis --latency-model bayesblis --bayesblis-coeffs FILE)"
     else:
-        paths = write_trained_physics_files(out, deployment, beta, alpha, context=context)
-        what = "BLIS trained_physics_coefficients, one per draw"
+        paths = write_trained_physics_files(out, deployment, beta, alpha, context=context,
+                                            mapping=mapping)
+        what = "BLIS trained_physics_coefficients, one per draw" + (
+            ", projected" if mapping is not None else ", slot mapping")
     shown = f"{paths[0]}" if len(paths) == 1 else f"{len(paths)} files {paths[0].name} .. {paths[-1].name}"
     click.echo(f"wrote {shown} ({what})")
