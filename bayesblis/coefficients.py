@@ -10,6 +10,7 @@ by construction). Unseen levels are only used when the caller allows them explic
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -231,9 +232,361 @@ def posterior_draws(posterior_path, deployment, n_draws=None, *, allow_unseen=Fa
     by default the predictive of a new run)."""
     from bayesblis.model.store import load_posterior
 
+    if isinstance(posterior_path, CoefficientsFile):   # fixed coefficients: no hierarchy
+        return posterior_path.draws_for(deployment, n_draws, seed=seed)
     posterior = posterior_path if hasattr(posterior_path, "idata") else load_posterior(posterior_path)
     return deployment_draws(posterior, deployment, n_draws=n_draws,
                             allow_unseen=allow_unseen, seed=seed, new_run=new_run)
+
+
+# ---------------------------------------------------------------------- reading files
+POINT_STATISTIC = "median"
+"""The value of a coefficient a coefficients file summarises with mean, median and interval
+(`bayesblis coefficients` JSON) that `simulate --coefficients` and `plan --coefficients`
+run with: each coefficient's posterior median (the vector of medians; not a joint draw)."""
+
+COEFFICIENTS_EXPECTED = "coefficients (data_specs/coefficients-input.md)"
+
+OPTIONAL_BETA = ("kv_token_layer_s", "tp_sync_s")
+"""Step terms an exported JSON may lack (a posterior fitted without them; 0 = the term is
+absent), as `simulate.results.OPTIONAL_ALPHA` for alpha."""
+
+
+@dataclass
+class CoefficientsFile:
+    """Fixed coefficients read from a file (`read_coefficients_file`): one set, or the draws
+    a file carries, in BETA_FEATURES / ALPHA_FEATURES order (alpha in µs).
+
+    `posterior_draws` and `bayesblis.plan.run_plan` take it where they take a posterior
+    (it has no population: every deployment gets these coefficients)."""
+
+    path: str
+    format: str             # bayesblis-json | bayesblis-yaml | export-json | blis-yaml
+    beta: np.ndarray        # [sets, beta features] (None for blis-yaml: see blis)
+    alpha: np.ndarray       # [sets, alpha features]
+    noise_sigma: np.ndarray  # [sets]
+    noise_nu: np.ndarray     # [sets]
+    point: str              # what one set is: "values", "median", "draws"
+    config: str | None = None            # configuration the file was written for
+    intervals: dict | None = None        # {"beta"|"alpha": {name: {mean, median, lo, hi, ci_prob}}}
+    notes: list = field(default_factory=list)
+    blis: dict | None = None             # blis-yaml without its JSON: the BLIS-order lists
+    companion: str | None = None         # the JSON a BLIS YAML was read through
+    idata = None   # not a posterior file: `run_plan` takes it as already loaded
+
+    @property
+    def n_sets(self) -> int:
+        return 1 if self.beta is None else self.beta.shape[0]
+
+    def metadata(self) -> dict:
+        """What RESULT.json and PLAN.json record of the file (`metadata.coefficients`)."""
+        meaning = {"values": "the file's values",
+                   "median": f"each coefficient's posterior {POINT_STATISTIC} (the file's "
+                             "intervals are kept below; they carry no joint draws, so result "
+                             "intervals are the step noise's only)",
+                   "draws": "the file's coefficient draws (result intervals include the "
+                            "coefficients' uncertainty)",
+                   "blis": "BLIS trained-physics coefficients mapped slot by slot onto "
+                           "bayesblis's features (approximate: the bases differ)"}[self.point]
+        out = {"path": self.path, "format": self.format, "point": self.point,
+               "meaning": meaning, "config": self.config, "n_sets": self.n_sets,
+               "notes": list(self.notes)}
+        if self.companion:
+            out["read_through"] = self.companion
+        if self.intervals:
+            out["intervals"] = self.intervals
+        return out
+
+    def source(self) -> str:
+        via = f" via {Path(self.companion).name}" if self.companion else ""
+        return f"coefficients file {self.path}{via} ({self.point})"
+
+    def draws_for(self, deployment, n_draws: int | None = None, seed: int = 0) -> CoefficientDraws:
+        """`CoefficientDraws` for `deployment`: the file's sets (a seeded subset when it has
+        more than `n_draws`; one set repeated to `n_draws`: draws then differ only in their
+        step noise). A file written for another configuration is used as it is, with a
+        warning."""
+        import warnings
+
+        from bayesblis.errors import InputWarning
+        from bayesblis.features.alpha import ALPHA_FEATURES
+        from bayesblis.features.beta import BETA_FEATURES
+
+        key = deployment.config_key
+        if self.config and self.config != key:
+            warnings.warn(f"{self.path}: coefficients of {self.config} applied to {key}",
+                          InputWarning, stacklevel=2)
+        if self.blis is not None:
+            beta, alpha = _from_blis(self.blis, deployment)
+            beta, alpha = beta[None, :], alpha[None, :]
+        else:
+            beta, alpha = self.beta, self.alpha
+        sigma, nu = self.noise_sigma, self.noise_nu
+        d = beta.shape[0]
+        if n_draws is not None and d > 1 and n_draws < d:
+            pick = np.sort(np.random.default_rng(seed).choice(d, n_draws, replace=False))
+            beta, alpha, sigma, nu = beta[pick], alpha[pick], sigma[pick], nu[pick]
+        elif n_draws is not None and d == 1 and n_draws > 1:
+            beta, alpha = beta.repeat(n_draws, 0), alpha.repeat(n_draws, 0)
+            sigma, nu = sigma.repeat(n_draws), nu.repeat(n_draws)
+        return CoefficientDraws(self.config or key, list(BETA_FEATURES), list(ALPHA_FEATURES),
+                                np.asarray(beta, float), np.asarray(alpha, float),
+                                np.asarray(sigma, float), np.asarray(nu, float),
+                                weight_stream_factor=deployment.weight_stream_factor)
+
+
+def read_coefficients_file(path) -> CoefficientsFile:
+    """Read any coefficients file `simulate --coefficients` and `plan --coefficients` take
+    (data_specs/coefficients-input.md):
+
+    - the JSON `bayesblis coefficients` writes: every value a summary {mean, median, lo, hi,
+      ci_prob}; one set of medians (`POINT_STATISTIC`), the intervals kept; with a `draws`
+      object, its draws;
+    - the BLIS YAML it writes (`trained_physics_coefficients: {alpha_coeffs, beta_coeffs}`,
+      BLIS order): read through the JSON written beside it (same name, .json) when that
+      JSON's `blis` lists are the YAML's (exact: bayesblis's own coefficients); otherwise
+      BLIS's slots mapped back onto bayesblis's features (`blis_to_bayesblis`;
+      approximate, a warning says so);
+    - hand-written files: JSON {alpha: {name: µs}, beta: {name: value}} and YAML lists
+      `alpha_coeffs` / `beta_coeffs` in bayesblis order (`simulate.results.load_coefficients`).
+
+    Errors (`InputError`) name the file, the field and what was expected."""
+    from bayesblis.errors import InputError
+    from bayesblis.io.text import parse_json_text, parse_yaml_text, read_text_checked
+    from bayesblis.simulate.results import load_coefficients
+
+    path = Path(path)
+    text = read_text_checked(path, expected=COEFFICIENTS_EXPECTED)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        data = parse_yaml_text(text, path, expected=COEFFICIENTS_EXPECTED)
+        if isinstance(data, dict) and "trained_physics_coefficients" in data:
+            return _read_blis_yaml(path, data)
+        fmt = "bayesblis-yaml"
+    else:
+        data = parse_json_text(text, path, expected=COEFFICIENTS_EXPECTED)
+        if isinstance(data, dict) and (_is_export(data) or "draws" in data):
+            return _read_export_json(path, data)
+        fmt = "bayesblis-json"
+    if not isinstance(data, dict):
+        raise InputError(path, "not a mapping", expected=COEFFICIENTS_EXPECTED)
+    d = load_coefficients(path)
+    return CoefficientsFile(str(path), fmt, d.beta, d.alpha, d.noise_sigma, d.noise_nu, "values",
+                            config=data.get("config") if isinstance(data.get("config"), str) else None)
+
+
+def _is_export(data: dict) -> bool:
+    """Values are summaries (dicts), as `bayesblis coefficients` writes them."""
+    blocks = [data.get(key) for key in ("beta", "alpha")]
+    return any(isinstance(b, dict) and any(isinstance(v, dict) for v in b.values()) for b in blocks)
+
+
+def _number(value, path, field_name, expected="a finite number", minimum=None):
+    from bayesblis.errors import InputError
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) \
+            or (minimum is not None and value < minimum):
+        raise InputError(path, f"invalid value {value!r}", field=field_name, expected=expected)
+    return float(value)
+
+
+def _read_export_json(path: Path, data: dict, companion_of: Path | None = None) -> CoefficientsFile:
+    """The JSON `bayesblis coefficients` writes (see `read_coefficients_file`)."""
+    from bayesblis.errors import InputError
+    from bayesblis.features.alpha import ALPHA_FEATURES
+    from bayesblis.features.beta import BETA_FEATURES
+    from bayesblis.simulate.results import OPTIONAL_ALPHA
+
+    names = {"beta": BETA_FEATURES, "alpha": ALPHA_FEATURES}
+    optional = {"beta": OPTIONAL_BETA, "alpha": OPTIONAL_ALPHA}
+    medians, intervals, absent = {}, {}, []
+    for key in ("beta", "alpha"):
+        block = data.get(key)
+        if not isinstance(block, dict):
+            raise InputError(path, "missing or not an object", field=key,
+                             expected=f"{{name: {{mean, median, lo, hi}}}} with names {list(names[key])}")
+        unknown = sorted(set(block) - set(names[key]))
+        missing = [n for n in names[key] if n not in block and n not in optional[key]]
+        if unknown or missing:
+            bad = (unknown or missing)[0]
+            raise InputError(path, f"unknown {unknown} / missing {missing} coefficient(s)",
+                             field=f"{key}.{bad}", expected=f"the names {list(names[key])}")
+        vec, kept = [], {}
+        for n in names[key]:
+            s = block.get(n)
+            if s is None:          # an optional term the posterior was fitted without
+                vec.append(0.0)
+                absent.append(f"{key}.{n}")
+                continue
+            if not isinstance(s, dict):
+                raise InputError(path, f"invalid value {s!r}", field=f"{key}.{n}",
+                                 expected="a summary {mean, median, lo, hi, ci_prob} (a "
+                                          "bayesblis coefficients export)")
+            if "median" not in s:
+                raise InputError(path, "no median", field=f"{key}.{n}.median",
+                                 expected="a summary {mean, median, lo, hi, ci_prob}")
+            vec.append(_number(s["median"], path, f"{key}.{n}.median"))
+            kept[n] = {k: _number(s[k], path, f"{key}.{n}.{k}") for k in
+                       ("mean", "median", "lo", "hi", "ci_prob") if k in s}
+        medians[key] = np.array(vec)
+        intervals[key] = kept
+    sigma = _summary_value(data.get("noise_sigma", 0.0), path, "noise_sigma", 0.0)
+    nu = _summary_value(data.get("noise_nu", 30.0), path, "noise_nu", None)
+    if nu <= 0:
+        raise InputError(path, f"invalid value {nu!r}", field="noise_nu", expected="a number > 0")
+    beta, alpha, point = medians["beta"][None, :], medians["alpha"][None, :], "median"
+    sigmas, nus = np.array([sigma]), np.array([nu])
+    notes = []
+    if "draws" in data:
+        beta, alpha, sigmas, nus = _export_draws(path, data["draws"], sigma, nu)
+        point = "draws"
+    if data.get("population_level"):
+        notes.append("population-level coefficients (levels the posterior never saw: "
+                     + ", ".join(f"{k}={v}" for k, v in (data.get("unseen_levels") or {}).items())
+                     + ")")
+    if absent:
+        notes.append("terms the file does not carry (the posterior was fitted without them), "
+                     "simulated as absent (0): " + ", ".join(absent))
+    if sigma == 0 and "noise_sigma" not in data:
+        notes.append("the file has no step noise (noise_sigma): runs are deterministic")
+    cfg = data.get("config") if isinstance(data.get("config"), str) else None
+    src = companion_of or path
+    return CoefficientsFile(str(src), "blis-yaml" if companion_of else "export-json", beta, alpha,
+                            sigmas, nus, point, config=cfg, intervals=intervals, notes=notes,
+                            companion=str(path) if companion_of else None)
+
+
+def _summary_value(value, path, name, minimum):
+    if isinstance(value, dict):
+        if "median" not in value:
+            from bayesblis.errors import InputError
+
+            raise InputError(path, "no median", field=f"{name}.median",
+                             expected="a number or a summary {mean, median, lo, hi}")
+        value = value["median"]
+    return _number(value, path, name, "a number >= 0" if minimum is not None else "a number > 0",
+                   minimum)
+
+
+def _export_draws(path, draws, sigma, nu):
+    """The `draws` object of an export: {"beta": {name: [D]}, "alpha": {name: [D]},
+    optional "noise_sigma": [D], "noise_nu": [D]} -> arrays."""
+    from bayesblis.errors import InputError
+    from bayesblis.features.alpha import ALPHA_FEATURES
+    from bayesblis.features.beta import BETA_FEATURES
+    from bayesblis.simulate.results import OPTIONAL_ALPHA
+
+    if not isinstance(draws, dict):
+        raise InputError(path, "not an object", field="draws",
+                         expected='{"beta": {name: [values]}, "alpha": {name: [values]}}')
+    out, n = {}, None
+    for key, names in (("beta", BETA_FEATURES), ("alpha", ALPHA_FEATURES)):
+        block = draws.get(key)
+        if not isinstance(block, dict):
+            raise InputError(path, "missing or not an object", field=f"draws.{key}",
+                             expected="{name: [one value per draw]}")
+        cols = []
+        for name in names:
+            vals = block.get(name)
+            if vals is None and name in (OPTIONAL_ALPHA if key == "alpha" else OPTIONAL_BETA):
+                vals = [0.0] * (n or len(next(iter(block.values()), [0.0])))
+            if not isinstance(vals, list) or not vals:
+                raise InputError(path, f"invalid value {vals!r}", field=f"draws.{key}.{name}",
+                                 expected="a list of numbers, one per draw")
+            n = len(vals) if n is None else n
+            if len(vals) != n:
+                raise InputError(path, f"{len(vals)} values, other coefficients have {n}",
+                                 field=f"draws.{key}.{name}", expected="one value per draw")
+            cols.append([_number(v, path, f"draws.{key}.{name}") for v in vals])
+        out[key] = np.array(cols).T
+    sig = draws.get("noise_sigma", [sigma] * n)
+    nus = draws.get("noise_nu", [nu] * n)
+    for name, vals in (("noise_sigma", sig), ("noise_nu", nus)):
+        if not isinstance(vals, list) or len(vals) != n:
+            raise InputError(path, f"invalid value {vals!r}", field=f"draws.{name}",
+                             expected=f"a list of {n} numbers")
+    sig = np.array([_number(v, path, "draws.noise_sigma", "a number >= 0", 0.0) for v in sig])
+    nus = np.array([_number(v, path, "draws.noise_nu", "a number > 0", 1e-12) for v in nus])
+    return out["beta"], out["alpha"], sig, nus
+
+
+def _read_blis_yaml(path: Path, data: dict) -> CoefficientsFile:
+    """A BLIS `trained_physics_coefficients` YAML (see `read_coefficients_file`)."""
+    import warnings
+
+    from bayesblis.errors import InputError, InputWarning
+    from bayesblis.features.beta import BLIS_BETA_ORDER
+    from bayesblis.io.text import load_json_checked
+
+    block = data["trained_physics_coefficients"]
+    if not isinstance(block, dict):
+        raise InputError(path, "not a mapping", field="trained_physics_coefficients",
+                         expected="alpha_coeffs and beta_coeffs lists")
+    lists = {}
+    for name, sizes in (("alpha_coeffs", (len(BLIS_ALPHA_ORDER),)),
+                        ("beta_coeffs", (len(BLIS_BETA_ORDER) - 1, len(BLIS_BETA_ORDER)))):
+        vals = block.get(name)
+        if not isinstance(vals, list) or len(vals) not in sizes:
+            raise InputError(path, f"invalid value {vals!r}",
+                             field=f"trained_physics_coefficients.{name}",
+                             expected=f"a list of {' or '.join(map(str, sizes))} numbers (BLIS order)")
+        lists[name] = [_number(v, path, f"trained_physics_coefficients.{name}") for v in vals]
+    if len(lists["beta_coeffs"]) < len(BLIS_BETA_ORDER):   # BLIS: beta_EP defaults to beta4
+        lists["beta_coeffs"].append(lists["beta_coeffs"][3])
+    companion = path.with_suffix(".json")
+    if companion.is_file():
+        doc = load_json_checked(companion, expected="the JSON written beside the BLIS YAML")
+        blis = doc.get("blis") if isinstance(doc, dict) else None
+        if isinstance(blis, dict) and _same(blis.get("beta_coeffs"), lists["beta_coeffs"]) \
+                and _same(blis.get("alpha_coeffs"), lists["alpha_coeffs"]):
+            return _read_export_json(companion, doc, companion_of=path)
+        note = f"{companion.name} beside it holds other coefficients"
+    else:
+        note = f"no {companion.name} beside it"
+    warnings.warn(f"{path}: BLIS trained-physics coefficients ({note}) mapped slot by slot onto "
+                  "bayesblis's features: approximate, the two step-time formulas differ "
+                  "(data_specs/coefficients-input.md)", InputWarning, stacklevel=3)
+    notes = [f"read without its JSON ({note}): BLIS slots mapped onto bayesblis features"]
+    return CoefficientsFile(str(path), "blis-yaml", None, None, np.array([0.0]), np.array([30.0]),
+                            "blis", notes=notes, blis=lists)
+
+
+def _same(a, b, rtol: float = 1e-5) -> bool:
+    """The YAML's lists (printed to 6 significant digits) are the JSON's."""
+    if not isinstance(a, list) or len(a) != len(b):
+        return False
+    try:
+        return bool(np.allclose(np.asarray(a, float), np.asarray(b, float), rtol=rtol, atol=1e-12))
+    except (TypeError, ValueError):
+        return False
+
+
+def blis_to_bayesblis(blis: dict, *, weight_stream_factor: float = 1.0) -> tuple[dict, dict]:
+    """BLIS trained-physics lists ({"alpha_coeffs": [3], "beta_coeffs": [11]}) mapped onto
+    bayesblis's coefficients ({beta name: value}, {alpha name: µs}): the inverse of the
+    slot mapping `features.beta.to_blis_beta` / `to_blis_alpha` applies, where one exists.
+    beta3 is divided by `weight_stream_factor`; beta5 becomes the per-layer overhead
+    (tp_sync_s 0: the export folds it into beta5 at its TP); beta1b and beta2b (KV memory,
+    one coefficient here) their mean; beta8 (per MoE layer) and alpha1 (post-decode) have
+    no bayesblis slot and are dropped; kv_token_layer_s, alpha_prompt_s and
+    alpha_frontend_s are 0 (no BLIS slot), offload_s 1 (the physics estimate)."""
+    b, a = blis["beta_coeffs"], blis["alpha_coeffs"]
+    beta = {"prefill_compute_s": b[0], "decode_compute_s": b[1],
+            "weight_traffic_s": b[2] / weight_stream_factor, "kv_traffic_s": 0.5 * (b[8] + b[9]),
+            "kv_token_layer_s": 0.0, "tp_comm_s": b[3], "tp_sync_s": 0.0, "ep_comm_s": b[10],
+            "offload_s": 1.0, "layer_overhead_s": b[4], "request_overhead_s": b[5],
+            "step_overhead_s": b[6]}
+    alpha = {"alpha_const_s": a[0], "alpha_prompt_s": 0.0, "alpha_output_s": a[2],
+             "alpha_frontend_s": 0.0}
+    return beta, alpha
+
+
+def _from_blis(blis: dict, deployment) -> tuple[np.ndarray, np.ndarray]:
+    from bayesblis.features.alpha import ALPHA_FEATURES
+    from bayesblis.features.beta import BETA_FEATURES
+
+    beta, alpha = blis_to_bayesblis(blis, weight_stream_factor=deployment.weight_stream_factor)
+    return (np.array([beta[f] for f in BETA_FEATURES], float),
+            np.array([alpha[f] for f in ALPHA_FEATURES], float))
 
 
 # ---------------------------------------------------------------------- export

@@ -13,7 +13,12 @@ from bayesblis.cli.discrepancy_option import discrepancy_option, resolve_discrep
 @click.argument("scenario", type=click.Path(exists=True, path_type=Path))
 @click.argument("more_options", nargs=-1, metavar="[KEY=V1,V2 ...]")
 @click.option("--posterior", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              required=True, help="POSTERIOR.nc from `bayesblis fit`.")
+              default=None, help="POSTERIOR.nc from `bayesblis fit` (or `calibrate`).")
+@click.option("--coefficients", "coefficients",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Fixed coefficients instead of --posterior: the JSON or BLIS YAML `bayesblis "
+                   "coefficients` writes, or a hand-written file (data_specs/coefficients-input.md); "
+                   "every option gets them.")
 @click.option("--slo", "slo_text", required=True,
               help="Latency SLOs, comma separated: METRIC<SECONDS (or <=; 'ms' suffix allowed), "
                    "METRIC one of ttft_mean, ttft_p90, ttft_p99, itl_mean, tpot_mean, e2e_mean, "
@@ -58,9 +63,9 @@ from bayesblis.cli.discrepancy_option import discrepancy_option, resolve_discrep
 @click.option("--no-progress", is_flag=True,
               help="No progress bar (also off when stderr is not a terminal, and in CI).")
 @discrepancy_option
-def command(scenario, more_options, posterior, slo_text, prob, options, draws, duration_s,
-            hardware, replay, allow_unseen, start_rate, min_rate, max_rate, rel_tol, max_evals,
-            curve_text, seed, scheduler, workers, out, no_progress, discrepancy):
+def command(scenario, more_options, posterior, coefficients, slo_text, prob, options, draws,
+            duration_s, hardware, replay, allow_unseen, start_rate, min_rate, max_rate, rel_tol,
+            max_evals, curve_text, seed, scheduler, workers, out, no_progress, discrepancy):
     """For every deployment option of SCENARIO (scenario YAML, inference-perf folder or
     TraceV2 header.yaml), find the highest arrival rate at which all SLOs hold with
     posterior probability >= --prob, and write PLAN.json (probability-vs-rate curves,
@@ -72,6 +77,8 @@ def command(scenario, more_options, posterior, slo_text, prob, options, draws, d
                                 default_start_rate, format_plan, parse_options, parse_slos, run_plan)
     from bayesblis.simulate.scenario import load_scenario
 
+    if (posterior is None) == (coefficients is None):
+        raise click.UsageError("give exactly one of --posterior or --coefficients")
     try:
         slos = parse_slos(slo_text)
     except PlanSpecError as exc:
@@ -117,14 +124,23 @@ def command(scenario, more_options, posterior, slo_text, prob, options, draws, d
     def on_eval(label, rec):
         bar.set_postfix_str(f"{label} {rec['rate_per_s']:.3g} req/s P={rec['p_all']:.2f}")
 
+    fixed = None
+    if coefficients is not None:
+        from bayesblis.coefficients import read_coefficients_file
+
+        fixed = read_coefficients_file(coefficients)
+        click.echo(f"coefficients: {fixed.metadata()['meaning']}")
     try:
-        plan = run_plan(sc, posterior, slos, settings, search=search, n_draws=draws,
+        plan = run_plan(sc, fixed or posterior, slos, settings, search=search, n_draws=draws,
                         allow_unseen=allow_unseen, scheduler=scheduler, n_workers=workers,
-                        posterior_source=str(posterior), progress=lambda i: bar.update(1),
+                        posterior_source=fixed.source() if fixed else str(posterior),
+                        progress=lambda i: bar.update(1),
                         on_eval=on_eval, discrepancy=discrepancy)
     finally:
         bar.close()
     plan["metadata"]["scenario_path"] = str(scenario)
+    if fixed is not None:
+        plan["metadata"]["coefficients"] = fixed.metadata()
     write_json(out, plan)
     click.echo(format_plan(plan))
     n_sim = plan["metadata"]["n_simulations"]

@@ -14,7 +14,8 @@ from bayesblis.cli.discrepancy_option import discrepancy_option, resolve_discrep
 @click.option("--posterior", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="POSTERIOR.nc from `bayesblis fit` (coefficients drawn per configuration).")
 @click.option("--coefficients", "coefficients", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Fixed coefficients: JSON {alpha: {...}, beta: {...}} or BLIS-style YAML "
+              help="Fixed coefficients: the JSON or BLIS YAML `bayesblis coefficients` writes "
+                   "(the JSON's medians, or its draws), or hand-written JSON / YAML "
                    "(data_specs/coefficients-input.md).")
 @click.option("--draws", type=click.IntRange(min=1), default=50, show_default=True,
               help="Posterior draws (one simulation each).")
@@ -47,7 +48,7 @@ def command(scenario, posterior, coefficients, draws, hardware, replay, allow_un
     from bayesblis.atomic import write_json
     from bayesblis.console import progress_bar
     from bayesblis.distributed import check_scheduler
-    from bayesblis.simulate.results import Draws, load_coefficients, run_scenario
+    from bayesblis.simulate.results import Draws, run_scenario
     from bayesblis.simulate.scenario import load_scenario
 
     if (posterior is None) == (coefficients is None):
@@ -65,17 +66,24 @@ def command(scenario, posterior, coefficients, draws, hardware, replay, allow_un
             discrepancy = discrepancy.for_configuration(cd.seen_config, cd.unseen_levels,
                                                         cd.fitted_load)
     else:
-        d = load_coefficients(coefficients)
+        from bayesblis.coefficients import read_coefficients_file
+
+        fixed = read_coefficients_file(coefficients)
         if discrepancy is not None:   # fixed coefficients: as a new run of their configuration
             discrepancy = discrepancy.for_configuration(True)
-        if d.noise_sigma[0] > 0 and draws > 1:  # fixed coefficients: draws vary the noise only
-            d = Draws(d.beta.repeat(draws, 0), d.alpha.repeat(draws, 0),
-                      d.noise_sigma.repeat(draws), d.noise_nu.repeat(draws), d.source)
+        # one set without step noise is deterministic: one run; else --draws runs (of the
+        # file's draws, or of one set with fresh noise)
+        varies = fixed.n_sets > 1 or float(fixed.noise_sigma.max()) > 0
+        cd = fixed.draws_for(deployment, draws if varies else 1, seed=seed)
+        d = Draws.from_coefficient_draws(cd, source=fixed.source())
     with progress_bar(total=d.n_draws, desc="draws", unit="draw") as bar:
         result = run_scenario(sc, d, seed=seed, max_duration_s=max_duration_s,
                               progress=lambda i: bar.update(1), deployment=deployment,
                               n_workers=workers, scheduler=scheduler, chunk_size=chunk_size,
                               dask_workers=dask_workers, discrepancy=discrepancy)
+    if coefficients is not None:
+        result["metadata"]["coefficients"] = fixed.metadata()
+        click.echo(f"coefficients: {fixed.metadata()['meaning']}")
     if trace_dir is not None:
         result["metadata"]["trace_dir"] = str(trace_dir)
         _write_traces(sc, d, deployment, trace_dir, seed, max_duration_s)
