@@ -161,3 +161,42 @@ def test_go_record_and_trace(tmp_path):
     assert [r[col["prefix_length"]] for r in rows[1:]] == ["100", "0"]
     assert [r[col["arrival_time_us"]] for r in rows[1:]] == ["0", "500000"]
     assert "trace_version: 3" in head.read_text()
+
+
+@pytest.mark.blis
+@pytest.mark.parametrize("model,blis_name,tp", [("llama-2-7b", "llama-2-7b-hf", 1),
+                                                ("mixtral-8x7b", "mixtral-8x7b-v0.1", 2)])
+def test_projection_basis_is_blis_own(blis_binary, tmp_path, model, blis_name, tp):
+    """`blis_projection.trained_physics_basis` term by term against BLIS's Go code: one
+    request (a prefill step, then a decode step) run by BLIS's trained-physics model with
+    one coefficient at 1000 and the others 0 gives 1000 x that basis function (µs)."""
+    from bayesblis.blis_projection import Batches, BlisShape, trained_physics_basis
+    from bayesblis.blis_run import run_blis, write_trace_v2
+    from bayesblis.simulate.engine import EngineConfig
+    from bayesblis.simulate.workload import Workload
+
+    src = blis_binary.parent / "src"
+    folder, hw = src / "model_configs" / blis_name, src / "hardware_config.json"
+    prompt = 300
+    w = Workload(np.array([0.0]), np.array([prompt]), np.array([2]))
+    cfg = EngineConfig(max_num_batched_tokens=2048, max_num_seqs=8, max_model_len=4096,
+                       kv_blocks_total=1000)
+    head, data = write_trace_v2(w, tmp_path / "t", model=blis_name, tp=tp, max_num_seqs=8,
+                                block_size=16, max_model_len=4096)
+    shape = BlisShape.from_hf_config(folder / "config.json", hw, "H100", tp)
+    steps = Batches(np.array([prompt, 0.0]), np.array([prompt * (prompt + prompt / 2), 0.0]),
+                    np.array([0.0, 1.0]), np.array([0.0, prompt]), np.array([1.0, 1.0]))
+    expected = trained_physics_basis(shape, steps) * 1000.0
+    for j in range(11):
+        beta = [0.0] * 11
+        beta[j] = 1000.0
+        flags = ["--latency-model", "trained-physics", "--hardware", "H100", "--tp", str(tp),
+                 "--model-config-folder", str(folder), "--hardware-config", str(hw),
+                 "--alpha-coeffs", "0,0,0", "--beta-coeffs", ",".join(map(str, beta))]
+        r = run_blis(blis_binary, head, data, cfg, model=blis_name, latency=flags,
+                     out_dir=tmp_path / f"b{j}")
+        prefill_us = r["ttft_s"][0] * 1e6
+        decode_us = (r["e2e_s"][0] - r["ttft_s"][0]) * 1e6
+        for got, want in ((prefill_us, expected[0, j]), (decode_us, expected[1, j])):
+            # BLIS truncates to whole µs and floors a step at 1 µs
+            assert got == pytest.approx(max(np.floor(want), 1.0), abs=1.0), (j, got, want)
