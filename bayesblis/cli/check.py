@@ -14,9 +14,11 @@ def ppc_options(command):
                      type=click.IntRange(min=10),
                      help="Posterior draws used (evenly thinned)."),
         click.option("--no-loo", is_flag=True, help="Skip PSIS-LOO (no log-likelihood evaluation)."),
-        click.option("--dataset", type=click.Path(exists=True, file_okay=False), default=None,
-                     help="Dataset folder the posterior was fitted on; only needed for posterior "
-                          "files that hold no observation table."),
+        click.option("--dataset", type=click.Path(exists=True), default=None,
+                     help="Dataset folder the posterior was fitted on (`check` also takes the raw "
+                          "traces: an inference-perf folder, an OTEL run, a BLIS TraceV2/V3 "
+                          "header); only needed for posterior files that hold no observation "
+                          "table."),
         click.option("--max-obs-per-config", type=int, default=None,
                      help="With --dataset: the subsample the fit used (the demo uses 400; the seed "
                           "must be the fit's too)."),
@@ -40,12 +42,15 @@ def command(posterior, out_path, plots_dir, n_draws, no_loo, dataset, hardware,
             max_obs_per_config, seed):
     """Observed vs replicated observations, interval coverage, PIT and PSIS-LOO per
     configuration and observation kind; flags configurations whose fit is poor."""
+    import tempfile
+
     from bayesblis.atomic import write_json
     from bayesblis.ppc import check_posterior, format_check
 
-    doc, draws = check_posterior(posterior, n_draws=n_draws, seed=seed, loo=not no_loo,
-                                 dataset=dataset, hardware=hardware,
-                                 max_obs_per_config=max_obs_per_config, return_draws=True)
+    with tempfile.TemporaryDirectory(prefix="bayesblis-check-") as tmp:
+        doc, draws = check_posterior(posterior, n_draws=n_draws, seed=seed, loo=not no_loo,
+                                     dataset=dataset_folder(dataset, tmp), hardware=hardware,
+                                     max_obs_per_config=max_obs_per_config, return_draws=True)
     click.echo(format_check(doc))
     if out_path:
         write_json(out_path, doc)
@@ -53,6 +58,16 @@ def command(posterior, out_path, plots_dir, n_draws, no_loo, dataset, hardware,
     if plots_dir:
         written = write_plots(doc, draws, Path(plots_dir), seed=seed)
         click.echo(f"wrote {len(written)} figures to {plots_dir}")
+
+
+def dataset_folder(path, tmp) -> str | None:
+    """`path` when it is an ingested dataset folder (or None); raw traces (inference-perf
+    folder, OTEL run, BLIS TraceV2/V3 pair) are ingested into a dataset under `tmp`."""
+    if path is None or (Path(path) / "manifest.json").is_file():
+        return path
+    from bayesblis.io.dataset import ingest
+
+    return str(ingest([path]).save(Path(tmp) / "dataset"))
 
 
 def write_plots(doc, draws, folder: Path, seed: int = 0) -> list[Path]:

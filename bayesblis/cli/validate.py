@@ -1,4 +1,5 @@
-"""`bayesblis validate`: leave-one-out validation against measured inference-perf runs."""
+"""`bayesblis validate`: leave-one-out validation against measured inference-perf runs (BLIS
+TraceV2/V3 traces among DIRS are written as inference-perf folders first)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import click
 
 
 @click.command("validate")
-@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--holdout", type=click.Choice(["experiment", "model"]), default="experiment",
               show_default=True, help="Leave one experiment out, or one whole model out.")
 @click.option("--hardware", default="H100", show_default=True,
@@ -42,6 +43,13 @@ def command(dirs, holdout, hardware, out_path, n_draws, fit_draws, fit_tune, max
     from bayesblis import atomic
     from bayesblis.validate import expand_dirs, format_table, run_validation
 
+    import tempfile
+
+    from bayesblis.io.tracev2 import as_inference_perf_folders
+
+    # BLIS TraceV2/V3 files among DIRS: written as inference-perf folders (removed on return)
+    converted = tempfile.TemporaryDirectory(prefix="bayesblis-validate-")
+    dirs = as_inference_perf_folders(dirs, converted.name, hardware=hardware)
     report = run_validation(expand_dirs(dirs), holdout=holdout, hardware=hardware,
                             n_draws=n_draws, fit_draws=fit_draws, fit_tune=fit_tune, seed=seed,
                             max_obs_per_run=max_obs_per_run, echo=click.echo,

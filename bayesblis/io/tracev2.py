@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -460,3 +461,111 @@ def inference_perf_to_trace_v2(folder, header_path, *, hardware: str | None = No
     header = {"trace_version": 3, "time_unit": "us", "mode": "real", "warm_up_requests": 0,
               "workload_spec": f"inference-perf:{exp.name}", "server": server}
     return write_trace_v2(header_path, header, rows)
+
+
+def trace_v2_to_inference_perf(header_path, folder, *, data_csv=None,
+                               hardware: str | None = None) -> Path:
+    """Write a TraceV2/V3 trace as an inference-perf experiment folder (what `bayesblis
+    validate` replays and scores): `requests.json` + `ground_truth.json` from
+    `client_requests` (arrival, prompt, output, prefix group, error flag, TTFT, E2E),
+    `exp-config.yaml` and `requests.json`'s `config` from the `server:` block
+    (`server_settings`), `deployment.yaml` with the hardware (`server.hardware`, else
+    `hardware`) and the settings exp-config.yaml has no key for, and `profile.yaml` with
+    the load stages: those of an extra `stage` column, else one stage over the whole trace
+    (rate = requests / span), and the shared prefix (`system_prompt_len`: the most common
+    `prefix_length` of rows in a prefix group). Each file is written atomically; the
+    folder is named after itself in the manifest of a later ingest."""
+    import yaml
+
+    from bayesblis.atomic import write_json, write_text
+
+    header_path = Path(header_path)
+    data_path = Path(data_csv) if data_csv is not None else header_path.with_suffix(".csv")
+    tv = read_trace_v2(header_path, data_path)
+    settings = server_settings(tv.header, header_path)
+    hardware = settings.pop("hardware", None) or hardware
+    req = client_requests(tv.requests, tv.header)
+    if req.empty:
+        raise EmptyInputError(data_path, "no requests", expected="one row per request")
+    origin = float(req["arrival_s"].min())
+    arrival_us = np.round((req["arrival_s"].to_numpy(float) - origin) * 1e6).astype(np.int64)
+    stages = []
+    for st in sorted(set(req["stage"])):
+        t = arrival_us[req["stage"].to_numpy() == st] / 1e6
+        stages.append({"stage": int(st), "start": float(t.min()), "n": int(len(t)),
+                       "last": float(t.max())})
+    load = []
+    for i, st in enumerate(stages):
+        begin = 0.0 if i == 0 else stages[i]["start"]
+        end = stages[i + 1]["start"] if i + 1 < len(stages) else st["last"] + 1e-3
+        duration = max(end - begin, 1e-3)
+        load.append({"rate": st["n"] / duration, "duration": duration})
+    grouped = req["prefix_group"].astype(str) != ""
+    system = int(req.loc[grouped, "prefix_tokens"].mode().iloc[0]) if grouped.any() else 0
+    ok = ~req["has_error"].to_numpy(bool)
+    model = settings.get("model") or ""
+    config = {"tensor_parallelism": int(settings.get("tp", 1)),
+              "max_num_seqs": int(settings.get("max_num_seqs", 256)),
+              "max_num_batched_tokens": int(settings.get("max_num_batched_tokens", 2048)),
+              "block_size": int(settings.get("block_size", 16))}
+    if settings.get("kv_blocks_total_gpu"):
+        config["kv_blocks_total_gpu"] = int(settings["kv_blocks_total_gpu"])
+    requests = [{"index": int(i), "arrival_time_us": int(a), "input_tokens": int(p),
+                 "output_tokens": int(o), "prefix_group": str(g), "has_error": bool(e)}
+                for i, a, p, o, g, e in zip(req["request_index"], arrival_us, req["prompt_tokens"],
+                                            req["output_tokens"], req["prefix_group"],
+                                            req["has_error"])]
+    truth = [{"index": int(i), "has_error": not bool(k),
+              "e2e_s": float(e2e) if k else None, "ttft_s": float(ttft) if k else None}
+             for i, k, e2e, ttft in zip(req["request_index"], ok, req["e2e_s"], req["ttft_s"])]
+    exp_config = {k: v for k, v in {
+        "model": model, "tensor_parallelism": config["tensor_parallelism"],
+        "max_model_len": settings.get("max_model_len"),
+        "max_num_batched_tokens": config["max_num_batched_tokens"],
+        "max_num_seqs": config["max_num_seqs"], "block_size": config["block_size"],
+        "gpu_memory_utilization": settings.get("gpu_memory_utilization"),
+        "enable_prefix_caching": settings.get("enable_prefix_caching"),
+        "enable_chunked_prefill": settings.get("enable_chunked_prefill"),
+        "async_scheduling": settings.get("async_scheduling"),
+        "dtype": settings.get("dtype")}.items() if v is not None}
+    profile = {"load": {"type": "constant", "stages": load},
+               "data": {"type": "shared_prefix", "shared_prefix": {"system_prompt_len": system}},
+               "server": {"type": "vllm", "model_name": model},
+               "source": {"trace_v2": str(header_path)}}
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / "requests.json", {"experiment": folder.name, "model_id": model,
+                                          "config": config, "requests": requests})
+    write_json(folder / "ground_truth.json", truth)
+    write_text(folder / "exp-config.yaml", yaml.safe_dump(exp_config, sort_keys=False))
+    write_text(folder / "profile.yaml", json.dumps(profile) + "\n")
+    from bayesblis.io.vllm_settings import VllmSettings
+
+    vllm = {k: v for k, v in VllmSettings(**settings).to_dict().items() if v is not None}
+    deployment = {"name": folder.name, **({"hardware": str(hardware)} if hardware else {}),
+                  "vllm": vllm}
+    write_text(folder / "deployment.yaml", yaml.safe_dump(deployment, sort_keys=False))
+    return folder
+
+
+def as_inference_perf_folders(paths, root, *, hardware: str | None = None) -> list[Path]:
+    """`paths` with each TraceV2/V3 file (header .yaml or data .csv; a pair given twice is
+    written once) replaced by an inference-perf folder under `root`, named after the trace
+    (`trace_v2_to_inference_perf`); other paths unchanged, in order."""
+    from bayesblis.io.dataset import detect_kind
+
+    out, done = [], set()
+    for p in map(Path, paths):
+        if p.is_file() and detect_kind(p) == "trace_v2":
+            header = p if p.suffix.lower() in (".yaml", ".yml") else (
+                p.with_suffix(".yaml") if p.with_suffix(".yaml").is_file() else p.with_suffix(".yml"))
+            if header.resolve() in done:
+                continue
+            done.add(header.resolve())
+            name, n = header.stem, 2
+            while (Path(root) / name).exists():
+                name, n = f"{header.stem}-{n}", n + 1
+            out.append(trace_v2_to_inference_perf(header, Path(root) / name, hardware=hardware))
+        else:
+            out.append(p)
+    return out
