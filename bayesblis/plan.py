@@ -43,7 +43,8 @@ from bayesblis.errors import BayesBlisError, UnseenLevelError
 from bayesblis.simulate.results import (METRICS, Draws, per_draw_metrics, predicted_load,
                                         saturated_share, summarize_metric)
 from bayesblis.simulate.scenario import VLLM_KEYS
-from bayesblis.simulate.workload import PromptSet, Workload, sample_tokens
+from bayesblis.simulate.workload import (PromptSet, Workload, format_workload_summary,
+                                         sample_tokens, workload_summary)
 
 PLAN_VERSION = "1"
 
@@ -671,9 +672,7 @@ def run_plan(scenario, posterior, slos: list[SLO], option_settings: list[dict] |
         "scenario": scenario.describe(),
         "slos": [s.to_dict() for s in slos],
         "prob": float(search.prob),
-        "traffic": {"duration_s": float(search.duration_s),
-                    "arrival": RequestStream(scenario, seed=search.seed).arrival,
-                    "common_random_numbers": True},
+        "traffic": traffic_description(scenario, search),
         "options": options,
         "best_option": best,
         "metadata": {"package_version": __version__, "posterior": posterior_source,
@@ -686,6 +685,19 @@ def run_plan(scenario, posterior, slos: list[SLO], option_settings: list[dict] |
                      "n_simulations": n_sim, "wall_s": round(time.perf_counter() - t0, 3),
                      "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
     }
+
+
+def traffic_description(scenario, search) -> dict:
+    """PLAN.json `traffic`: duration, arrival process and what the request stream sends
+    (`workload_summary` of the stream at the search's first rate: token counts and cache
+    hits are the same at every rate, only the arrivals are compressed)."""
+    stream = RequestStream(scenario, seed=search.seed)
+    rate = float(search.start_rate)
+    block = scenario.vllm.get("block_size") or 16
+    return {"duration_s": float(search.duration_s), "arrival": stream.arrival,
+            "common_random_numbers": True,
+            "workload": workload_summary(stream.workload(rate, float(search.duration_s)),
+                                         int(block))}
 
 
 def never_fitted_options(plan: dict) -> list[str]:
@@ -744,6 +756,10 @@ def format_plan(plan: dict) -> str:
     if beyond:
         lines.append(f"capacity beyond the traced load ({', '.join(beyond)}): the discrepancy "
                      "grows with the extrapolation, so the capacity is stated less surely")
+    if plan["traffic"].get("workload"):
+        lines.append("traffic at the first rate tried (token counts and cache hits are the same "
+                     "at every rate): " + format_workload_summary(plan["traffic"]["workload"],
+                                                                  plan["traffic"]["arrival"]))
     lines.append("saturated: share of draws whose queue keeps growing (data_specs/plan.md)")
     if any(o["search"].get("n_curve_evaluations") for o in plan["options"]):
         lines.append("evaluations: search + extra --curve rates")

@@ -113,6 +113,7 @@ def format_summary(result: dict) -> str:
 
     from bayesblis.discrepancy import NEW_CONFIGURATION
     from bayesblis.simulate.results import METRICS, SATURATION_LAG_GROWTH
+    from bayesblis.simulate.workload import format_workload_summary
 
     blocks = [("all", result["summary"])] + [(f"stage {s['stage']}", s) for s in result["stages"]]
     if len(blocks) == 2:
@@ -148,6 +149,10 @@ def format_summary(result: dict) -> str:
     lines.append(f"requests {c['n_requests']}  dropped {c['n_dropped']}  "
                  f"excluded (errors) {c['n_excluded_errors']}  preemptions (mean) "
                  f"{(c['n_preemptions'] or {}).get('mean') or 0:.0f}  draws {result['metadata']['draws']}")
+    if result.get("workload"):
+        arrival = ((result["metadata"].get("scenario") or {}).get("workload") or {}).get("arrival")
+        lines.append("workload simulated:")
+        lines.append(format_workload_summary(result["workload"], arrival))
     if never_fitted:
         scaled = ", ".join(f"{m} x{disc['scale'][m]:.2f}" for m in METRICS if m in disc["scale"])
         lines.append(f"a configuration the posterior never fitted: its spread about the median "

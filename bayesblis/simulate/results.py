@@ -23,6 +23,7 @@ from bayesblis.discrepancy import in_flight, load_excess, metric_widening, widen
 from bayesblis.features.alpha import ALPHA_FEATURES
 from bayesblis.simulate.engine import (DROP_REASONS, STATUS_OK, EngineRun, deployment_constants,
                                        run_engine)
+from bayesblis.simulate.workload import workload_summary
 
 METRICS = ("ttft_mean_s", "ttft_p90_s", "ttft_p99_s", "itl_mean_s", "tpot_mean_s",
            "e2e_mean_s", "e2e_p90_s", "e2e_p99_s", "throughput_tokens_per_s")
@@ -335,6 +336,7 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
         "result_version": RESULT_VERSION,
         "summary": summary,
         "stages": stages,
+        "workload": workload_summary(w, cfg.block_size),
         "counts": {"n_requests": int(len(w)), "n_excluded_errors": int((~valid).sum()),
                    "n_dropped": int(max(dropped) if dropped else 0), "drop_reasons": reasons,
                    "n_preemptions": summarize(preempt, ci_prob),

@@ -344,3 +344,21 @@ def workload_summary(w: Workload, block_size: int = 16) -> list[dict]:
         row["cache_hit_share"] = float(cached[sel].sum() / total) if total else None
         out.append(row)
     return out
+
+
+def format_workload_summary(rows: list[dict], arrival: str | None = None) -> str:
+    """One line per stage of `workload_summary` rows: what the simulated traffic sent."""
+    lines = []
+    for r in rows:
+        p, o = r["prompt_tokens"], r["output_tokens"]
+        if p is None:
+            lines.append(f"stage {r['stage']}: no requests")
+            continue
+        rate = "" if r.get("rate_rps") is None else f" at {r['rate_rps']:.3g} req/s"
+        share = r.get("cache_hit_share")
+        lines.append(f"stage {r['stage']}: {r['n_requests']} requests{rate}"
+                     f"{'' if arrival is None else f' ({arrival})'}, prompt tokens mean "
+                     f"{p['mean']:.0f} (p10-p90 {p['p10']:.0f}-{p['p90']:.0f}), output tokens "
+                     f"mean {o['mean']:.0f}, {r['n_prefix_groups']} distinct prompts/prefixes, "
+                     f"prefix-cache hit share {0 if share is None else share:.0%} of prompt tokens")
+    return "\n".join(lines)

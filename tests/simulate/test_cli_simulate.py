@@ -123,7 +123,7 @@ def test_simulate_one_real_folder(tmp_path):
     invoke([folder, "--coefficients", coefficients_json(tmp_path / "c.json"), "--hardware",
             "H100-SXM", "--max-duration-s", 120, "--out", out])
     res = check_result(out, n_stages=1)
-    assert res["counts"]["n_requests"] == 600
+    assert abs(res["counts"]["n_requests"] - 600) < 90   # 5 req/s for 120 s, exponential gaps
     # the replay of the same folder uses the recorded requests
     out2 = tmp_path / "RESULT2.json"
     invoke([folder, "--coefficients", tmp_path / "c.json", "--hardware", "H100-SXM", "--replay",
