@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
-import bayesblis
-
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))  # document the source tree being built, not another install
+
+import bayesblis  # noqa: E402
 NOTEBOOKS = ROOT / "notebooks"
 GENERATED = DOCS / "generated"
 
