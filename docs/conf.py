@@ -113,9 +113,11 @@ INDEXED = {"index", "usage", "model", "accuracy", "calibration", "operator-profi
 
 
 def _more_pages() -> None:
-    """Any other page of docs/ (docs/blis.md, ...) in a toctree index.md includes, so a new
-    page needs no edit of the index to be built and found."""
-    extra = sorted(p.stem for p in DOCS.glob("*.md") if p.stem not in INDEXED)
+    """Any other page under docs/ (docs/blis.md, ...) in a toctree index.md includes, so a
+    new page needs no edit of the index to be built and found."""
+    pages = (p.relative_to(DOCS).with_suffix("").as_posix() for p in DOCS.rglob("*.md"))
+    extra = sorted(p for p in pages
+                   if p not in INDEXED and not p.startswith(("generated/", "_build/")))
     text = ("```{toctree}\n:caption: More\n:maxdepth: 1\n\n" + "\n".join(extra) + "\n```\n"
             if extra else "")
     dest = GENERATED / "more-pages.md"
