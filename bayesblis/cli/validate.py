@@ -36,11 +36,30 @@ import click
               help="Operator-profiles folder: its linear-layer rows of --hardware join every "
                    "fold's fit as evidence (never held out; NCCL all-reduce rows do not: "
                    "vLLM's steps run its own all-reduce).")
+@click.option("--external", is_flag=True,
+              help="The check on configurations never traced: predict each run folder (server "
+                   "settings + profile.yaml + measured.json or requests.json) from its load "
+                   "profile with --posterior, no fit (data_specs/external-check.md).")
+@click.option("--posterior", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="With --external: the posterior to predict from.")
+@click.option("--model-configs", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="With --external: folders of <model>/config.json for models not in the "
+                   "catalog (matched by the HF id's last part).")
 @click.option("--seed", default=1, show_default=True, type=int)
 def command(dirs, holdout, hardware, out_path, n_draws, fit_draws, fit_tune, max_obs_per_run,
-            max_duration_s, max_treedepth, target_accept, no_discrepancy, profiles, seed):
-    """Fit without each held-out run (or model), replay it with posterior draws, compare."""
+            max_duration_s, max_treedepth, target_accept, no_discrepancy, profiles, external,
+            posterior, model_configs, seed):
+    """Fit without each held-out run (or model), replay it with posterior draws, compare.
+
+    With --external: predict measured runs of configurations never traced from their load
+    profiles with a posterior, and score every stage."""
     from bayesblis import atomic
+
+    if external:
+        _external(dirs, posterior, model_configs, hardware, n_draws, no_discrepancy, seed, out_path)
+        return
+    if posterior is not None or model_configs:
+        raise click.UsageError("--posterior and --model-configs go with --external")
     from bayesblis.validate import expand_dirs, format_table, run_validation
 
     import tempfile
@@ -58,4 +77,22 @@ def command(dirs, holdout, hardware, out_path, n_draws, fit_draws, fit_tune, max
                             profiles=profiles)
     click.echo(format_table(report))
     atomic.write_json(out_path, report)
+    click.echo(f"wrote {out_path}")
+
+
+def _external(dirs, posterior, model_configs, hardware, n_draws, no_discrepancy, seed, out_path):
+    from bayesblis.external_check import expand_runs, format_table, run_check, write_report
+
+    if posterior is None:
+        raise click.UsageError("--external needs --posterior")
+    discrepancy = None
+    if not no_discrepancy:
+        from bayesblis.discrepancy import load_discrepancy
+
+        discrepancy = load_discrepancy()
+    report = run_check(expand_runs(dirs), posterior, hardware=hardware,
+                       n_draws=n_draws or 40, seed=seed, discrepancy=discrepancy,
+                       model_configs=model_configs, echo=click.echo)
+    click.echo(format_table(report))
+    write_report(out_path, report)
     click.echo(f"wrote {out_path}")
