@@ -47,10 +47,20 @@ def fit_and_save(data: ModelData, out_path, *, method="nuts", priors=None, sampl
         model.build_model(data)
     with quiet_pymc_info():
         model.sample_prior_predictive(samples=100)
-    echo(f"fitting with {method} ...")
+    cfg = model.sampler_config
+    if cfg.get("max_draws") and cfg["max_draws"] > cfg["draws"] and method in ("nuts", "summary"):
+        echo(f"fitting with {method}: {cfg['draws']} draws per chain, then more until the "
+             f"diagnostics pass (at most {cfg['max_draws']}) ...")
+    else:
+        echo(f"fitting with {method} ...")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DiagnosticsWarning)
         model.fit(method=method, progressbar=progressbar)
+    checks = model.fit_info.get("draw_checks")
+    if checks and len(checks) > 1:
+        echo("draws per chain checked: " + ", ".join(
+            f"{c['draws']} " + ("pass" if c["passed"] else f"({'; '.join(c['problems'])})")
+            for c in checks))
     echo(format_diagnostics(model.fit_info["diagnostics"]))
     echo(format_bound_report(model.fit_info["physical_bounds"]))
     echo(f"fit took {model.fit_info['wall_s']:.1f} s")

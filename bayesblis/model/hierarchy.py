@@ -86,7 +86,8 @@ DEFAULT_SAMPLER = {"draws": 500, "tune": 500, "chains": 2, "target_accept": 0.9,
                    "low_rank_mass_matrix": True, "max_treedepth": 10,
                    "seed": 1, "advi_iterations": 30000, "advi_learning_rate": 0.01,
                    "store_obs_means": False, "advi_mode": None, "nuts_backend": "numba",
-                   "laplace": "auto", "importance_draws": 1000}
+                   "laplace": "auto", "importance_draws": 1000, "max_draws": None,
+                   "extend_draws": None}
 """``advi_mode``: pytensor compile mode of the ADVI step (None: pytensor's default, C;
 "NUMBA": longer compile, about 6x faster steps on this model); ``store_obs_means``: keep
 the per-observation ``mean_s`` draws in the in-memory trace (draws x observations numbers,
@@ -98,7 +99,10 @@ large tables, see benchmarks/fit_speed.py; a weighted refit compiles again); ``l
 precondition NUTS at the posterior mode (`bayesblis.model.laplace`; JAX backend only):
 "auto" from `laplace.AUTO_MIN_ROWS` rows, True always (an error with numba), False never;
 ``importance_draws``: method 'summary' weighs the chains thinned evenly to at most this
-many draws by the exact likelihood (its cost: draws x rows) and keeps that many."""
+many draws by the exact likelihood (its cost: draws x rows) and keeps that many;
+``max_draws`` (nutpie NUTS): above ``draws``, sample on past ``draws`` until the
+diagnostics pass, checked every ``extend_draws`` (default ``draws // 2``) draws per chain,
+at most ``max_draws`` (`sample_until_diagnosed`); None: exactly ``draws``."""
 
 
 class LatencyModel:
@@ -120,6 +124,7 @@ class LatencyModel:
         self.minibatch_size: int | None = None
         self._laplace_info: dict | None = None  # the last NUTS fit's preconditioning
         self._importance: dict | None = None  # the last summary fit's PSIS check
+        self._draw_checks: list | None = None  # the last adaptive NUTS run's checkpoints
         self.summaries = None  # per-configuration likelihood summaries (likelihood="summary")
         self._chains = None  # a summary fit's NUTS draws before importance resampling
         self.idata = None
@@ -423,6 +428,7 @@ class LatencyModel:
             idata.posterior, self.data.obs, floors=self.floors())
         if method in ("nuts", "nutpie", "summary"):
             self.fit_info["laplace"] = self._laplace_info
+            self.fit_info["draw_checks"] = self._draw_checks
         if method == "summary":
             self.fit_info["importance"] = self._importance
         if method == "advi":  # the last 100 losses (set by _fit_advi; kept past the reset)
@@ -461,14 +467,26 @@ class LatencyModel:
         self._laplace_info = None
         if use_laplace:
             compiled = self._precondition(compiled, cfg, progressbar)
+        settings = dict(tune=cfg["tune"], chains=cfg["chains"], cores=min(cfg["chains"], 2),
+                        target_accept=cfg["target_accept"], seed=cfg["seed"],
+                        progress_bar=progressbar, save_warmup=False,
+                        low_rank_modified_mass_matrix=cfg["low_rank_mass_matrix"],
+                        maxdepth=cfg["max_treedepth"])
+        self._draw_checks = None
+        max_draws = int(cfg.get("max_draws") or cfg["draws"])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return nutpie.sample(compiled, draws=cfg["draws"], tune=cfg["tune"],
-                                 chains=cfg["chains"], cores=min(cfg["chains"], 2),
-                                 target_accept=cfg["target_accept"], seed=cfg["seed"],
-                                 progress_bar=progressbar, save_warmup=False,
-                                 low_rank_modified_mass_matrix=cfg["low_rank_mass_matrix"],
-                                 maxdepth=cfg["max_treedepth"])
+            if max_draws <= cfg["draws"]:
+                return nutpie.sample(compiled, draws=cfg["draws"], **settings)
+            sampler = nutpie.sample(compiled, draws=max_draws, blocking=False, **settings)
+            try:
+                idata, self._draw_checks = sample_until_diagnosed(
+                    sampler, cfg["draws"], max_draws,
+                    int(cfg.get("extend_draws") or max(cfg["draws"] // 2, 1)))
+            except BaseException:
+                sampler.cancel()
+                raise
+            return idata
 
     def _fit_summary(self, cfg, progressbar):
         """NUTS against the likelihood summaries (JAX: a small graph), then every draw
@@ -650,6 +668,70 @@ class LatencyModel:
         return json.dumps({"priors": self.priors, "sampler_config": self.sampler_config,
                            "beta_features": self.beta_features,
                            "alpha_features": self.alpha_features})
+
+
+POLL_S = 2.0
+"""How often `sample_until_diagnosed` looks at the draws of a running sampler (s)."""
+
+
+def sample_until_diagnosed(sampler, draws: int, max_draws: int, extend_draws: int):
+    """Draws from a running nutpie sampler (`nutpie.sample(..., blocking=False)` of
+    `max_draws` per chain), stopped at the first checkpoint whose diagnostics pass.
+
+    Checkpoints are `draws`, `draws + extend_draws`, ... up to `max_draws`: once every
+    chain has that many draws, the first that many of each chain are diagnosed
+    (`diagnostics.diagnose`: r_hat, bulk and tail ESS, divergences, E-BFMI); the first
+    checkpoint that passes, or has divergent transitions (which more draws do not remove),
+    ends the run. Each chain's draws depend on the seed only, so the result does not depend
+    on when the draws are looked at. Returns (InferenceData of the kept draws, [{draws,
+    passed, problems}] per checkpoint)."""
+    from bayesblis.model.diagnostics import diagnose
+
+    checks = []
+    checkpoint = min(draws, max_draws)
+    while True:
+        trace = _trace_with_draws(sampler, checkpoint)
+        head = trace.isel(draw=slice(0, checkpoint))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            diag = diagnose(head, "nuts")
+        checks.append({"draws": checkpoint, "passed": diag["passed"],
+                       "problems": diag["problems"]})
+        if diag["passed"] or diag["divergences"] > 0 or checkpoint >= max_draws:
+            sampler.cancel()  # stop the chains (nothing left to stop when finished)
+            return head, checks
+        checkpoint = min(checkpoint + extend_draws, max_draws)
+
+
+def _trace_with_draws(sampler, n_draws: int):
+    """The sampler's trace once every chain has `n_draws` draws after tuning."""
+    import time as _time
+
+    while True:
+        finished = _finished(sampler)
+        trace = sampler.inspect()  # after `is_finished`, nutpie's `wait` has no results
+        if finished or _complete_draws(trace) >= n_draws:
+            return trace
+        _time.sleep(POLL_S)
+
+
+def _finished(sampler) -> bool:
+    """Whether a nutpie background sampler is done (nutpie 0.16 raises TimeoutError from
+    `is_finished` while it is running)."""
+    try:
+        return bool(sampler.is_finished)
+    except TimeoutError:
+        return False
+
+
+def _complete_draws(trace) -> int:
+    """Draws every chain of a (partial, NaN-padded) trace holds."""
+    post = trace.posterior
+    if not post.data_vars or post.sizes.get("draw", 0) == 0:
+        return 0
+    var = post[next(iter(post.data_vars))]
+    finite = np.isfinite(var.values.reshape(var.shape[0], var.shape[1], -1)).all(axis=2)
+    return int(finite.sum(axis=1).min())
 
 
 MIN_GROUPS_TO_LEARN_SCALE = 5
