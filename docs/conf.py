@@ -4,8 +4,9 @@ Build: ``python3 -m pip install -e '.[docs]' && sphinx-build -W -b html docs OUT
 The topic pages are MyST markdown (docs/*.md), the API reference comes from the
 docstrings (autosummary over the package), and the five notebooks of notebooks/ are
 copied into docs/generated/notebooks and executed at build on their small default data
-(myst-nb). ``BAYESBLIS_DOCS_EXECUTE=off`` skips executing them (pages without outputs),
-for a quick look at the text.
+(myst-nb), or taken already executed from ``BAYESBLIS_DOCS_NOTEBOOKS`` (CI: the copies its
+test run wrote). ``BAYESBLIS_DOCS_EXECUTE=off`` skips executing them (pages without
+outputs), for a quick look at the text.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))  # document the source tree being built, not another install
 
 import bayesblis  # noqa: E402
+
 NOTEBOOKS = ROOT / "notebooks"
 GENERATED = DOCS / "generated"
 
