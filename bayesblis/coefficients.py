@@ -286,6 +286,8 @@ class CoefficientsFile:
                              "intervals are the step noise's only)",
                    "draws": "the file's coefficient draws (result intervals include the "
                             "coefficients' uncertainty)",
+                   "mean": "each coefficient's posterior mean (a bayesblis-go file)",
+                   "draw": "one predictive draw of the coefficients (a bayesblis-go file)",
                    "blis": "BLIS trained-physics coefficients mapped slot by slot onto "
                            "bayesblis's features (approximate: the bases differ)"}[self.point]
         out = {"path": self.path, "format": self.format, "point": self.point,
@@ -360,10 +362,12 @@ def read_coefficients_file(path) -> CoefficientsFile:
     if path.suffix.lower() in (".yaml", ".yml"):
         data = parse_yaml_text(text, path, expected=COEFFICIENTS_EXPECTED)
         if isinstance(data, dict) and "trained_physics_coefficients" in data:
-            return _read_blis_yaml(path, data)
+            return _read_blis_yaml(path, data, text)
         fmt = "bayesblis-yaml"
     else:
         data = parse_json_text(text, path, expected=COEFFICIENTS_EXPECTED)
+        if isinstance(data, dict) and data.get("format") == "bayesblis-go":
+            return _read_go(path)
         if isinstance(data, dict) and (_is_export(data) or "draws" in data):
             return _read_export_json(path, data)
         fmt = "bayesblis-json"
@@ -372,6 +376,86 @@ def read_coefficients_file(path) -> CoefficientsFile:
     d = load_coefficients(path)
     return CoefficientsFile(str(path), fmt, d.beta, d.alpha, d.noise_sigma, d.noise_nu, "values",
                             config=data.get("config") if isinstance(data.get("config"), str) else None)
+
+
+def read_coefficient_files(paths) -> CoefficientsFile:
+    """One file (`read_coefficients_file`), or several as the draws of one set: e.g. the
+    `<stem>.draw000.json` ... (bayesblis-go) or `.yaml` files `bayesblis coefficients
+    --draws N` writes, one draw each. Every file must be written for the same configuration
+    (when it names one); the sets are stacked in the order given."""
+    from bayesblis.errors import InputError
+
+    files = [read_coefficients_file(p) for p in paths]
+    if len(files) == 1:
+        return files[0]
+    first = files[0]
+    configs = {f.config for f in files if f.config}
+    if len(configs) > 1:
+        other = next(f for f in files if f.config and f.config != first.config)
+        raise InputError(other.path, f"written for {other.config}, {first.path} for {first.config}",
+                         field="config", expected="coefficient files of one configuration")
+    notes = sorted({n for f in files for n in f.notes})
+    paths = ", ".join(f.path for f in files)
+    config = next(iter(configs), None)
+    if any(f.blis is not None for f in files):   # slot mappings need the deployment
+        return _BlisSets(paths, "blis-yaml", None, None, np.zeros(len(files)),
+                         np.full(len(files), 30.0), "blis", config=config, notes=notes,
+                         sets=files)
+    return CoefficientsFile(paths, first.format, np.concatenate([f.beta for f in files]),
+                            np.concatenate([f.alpha for f in files]),
+                            np.concatenate([f.noise_sigma for f in files]),
+                            np.concatenate([f.noise_nu for f in files]), "draws",
+                            config=config, notes=notes)
+
+
+@dataclass
+class _BlisSets(CoefficientsFile):
+    """Several BLIS YAML files read without their JSON: each mapped for the deployment."""
+
+    sets: list = field(default_factory=list)
+
+    @property
+    def n_sets(self) -> int:
+        return len(self.sets)
+
+    def draws_for(self, deployment, n_draws: int | None = None, seed: int = 0) -> CoefficientDraws:
+        parts = [f.draws_for(deployment) for f in self.sets]
+        merged = CoefficientsFile(self.path, self.format, np.concatenate([c.beta for c in parts]),
+                                  np.concatenate([c.alpha for c in parts]),
+                                  np.concatenate([c.noise_sigma for c in parts]),
+                                  np.concatenate([c.noise_nu for c in parts]), "draws",
+                                  config=self.config)
+        return merged.draws_for(deployment, n_draws, seed)
+
+
+def _read_go(path: Path) -> CoefficientsFile:
+    """A `bayesblis-go` file (`blis_export.read_go_file`): bayesblis's own coefficients of
+    one set (`draw` null: the posterior mean; else one predictive draw)."""
+    from bayesblis.blis_export import read_go_file
+    from bayesblis.errors import InputError
+    from bayesblis.features.alpha import ALPHA_FEATURES
+    from bayesblis.features.beta import BETA_FEATURES
+
+    data = read_go_file(path)
+    for key, names, values in (("beta_features", BETA_FEATURES, "beta"),
+                               ("alpha_features", ALPHA_FEATURES, "alpha_us")):
+        if list(data.get(key) or []) != list(names):
+            raise InputError(path, f"{data.get(key)!r}", field=key,
+                             expected=f"this version's features {list(names)}")
+        vals = data.get(values)
+        if not isinstance(vals, list) or len(vals) != len(names):
+            raise InputError(path, f"invalid value {vals!r}", field=values,
+                             expected=f"a list of {len(names)} numbers")
+    beta = np.array([_number(v, path, "beta") for v in data["beta"]])
+    alpha = np.array([_number(v, path, "alpha_us") for v in data["alpha_us"]])
+    sigma = _number(data.get("noise_sigma", 0.0), path, "noise_sigma", "a number >= 0", 0.0)
+    nu = _number(data.get("noise_nu", 30.0), path, "noise_nu", "a number > 0", 1e-12)
+    draw = data.get("draw")
+    notes = [] if draw is None else [f"draw {draw} of the predictive draws it was written with"]
+    return CoefficientsFile(str(path), "bayesblis-go", beta[None, :], alpha[None, :],
+                            np.array([sigma]), np.array([nu]), "mean" if draw is None else "draw",
+                            config=data.get("config") if isinstance(data.get("config"), str) else None,
+                            notes=notes)
 
 
 def _is_export(data: dict) -> bool:
@@ -509,8 +593,9 @@ def _export_draws(path, draws, sigma, nu):
     return out["beta"], out["alpha"], sig, nus
 
 
-def _read_blis_yaml(path: Path, data: dict) -> CoefficientsFile:
+def _read_blis_yaml(path: Path, data: dict, text: str = "") -> CoefficientsFile:
     """A BLIS `trained_physics_coefficients` YAML (see `read_coefficients_file`)."""
+    import re
     import warnings
 
     from bayesblis.errors import InputError, InputWarning
@@ -539,6 +624,18 @@ def _read_blis_yaml(path: Path, data: dict) -> CoefficientsFile:
         if isinstance(blis, dict) and _same(blis.get("beta_coeffs"), lists["beta_coeffs"]) \
                 and _same(blis.get("alpha_coeffs"), lists["alpha_coeffs"]):
             return _read_export_json(companion, doc, companion_of=path)
+        written_for = re.search(r"^#.*coefficients for (\S+)", text, re.MULTILINE)
+        if isinstance(blis, dict) and written_for and written_for.group(1) == doc.get("config"):
+            # a YAML `coefficients` wrote beside the JSON in other than BLIS's slots (e.g.
+            # projected onto BLIS's basis, --project-on): the JSON holds what it came from
+            warnings.warn(f"{path}: its lists are not the BLIS slots of {companion.name} (a "
+                          "projection onto BLIS's basis, or edited); bayesblis simulates the "
+                          f"coefficients of {companion.name}, BLIS runs the YAML's",
+                          InputWarning, stacklevel=3)
+            read = _read_export_json(companion, doc, companion_of=path)
+            read.notes.append(f"the YAML's lists differ from {companion.name}'s BLIS slots "
+                              "(a projection, or edited): the JSON's coefficients simulated")
+            return read
         note = f"{companion.name} beside it holds other coefficients"
     else:
         note = f"no {companion.name} beside it"

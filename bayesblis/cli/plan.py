@@ -14,11 +14,12 @@ from bayesblis.cli.discrepancy_option import discrepancy_option, resolve_discrep
 @click.argument("more_options", nargs=-1, metavar="[KEY=V1,V2 ...]")
 @click.option("--posterior", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="POSTERIOR.nc from `bayesblis fit` (or `calibrate`).")
-@click.option("--coefficients", "coefficients",
-              type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Fixed coefficients instead of --posterior: the JSON or BLIS YAML `bayesblis "
-                   "coefficients` writes, or a hand-written file (data_specs/coefficients-input.md); "
-                   "every option gets them.")
+@click.option("--coefficients", "coefficients", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Fixed coefficients instead of --posterior: a file `bayesblis coefficients` "
+                   "writes (JSON, BLIS YAML, bayesblis-go) or a hand-written one "
+                   "(data_specs/coefficients-input.md); repeat it for several files, one draw "
+                   "each. Every option gets them.")
 @click.option("--slo", "slo_text", required=True,
               help="Latency SLOs, comma separated: METRIC<SECONDS (or <=; 'ms' suffix allowed), "
                    "METRIC one of ttft_mean, ttft_p90, ttft_p99, itl_mean, tpot_mean, e2e_mean, "
@@ -77,7 +78,7 @@ def command(scenario, more_options, posterior, coefficients, slo_text, prob, opt
                                 default_start_rate, format_plan, parse_options, parse_slos, run_plan)
     from bayesblis.simulate.scenario import load_scenario
 
-    if (posterior is None) == (coefficients is None):
+    if (posterior is None) == (not coefficients):
         raise click.UsageError("give exactly one of --posterior or --coefficients")
     try:
         slos = parse_slos(slo_text)
@@ -125,10 +126,10 @@ def command(scenario, more_options, posterior, coefficients, slo_text, prob, opt
         bar.set_postfix_str(f"{label} {rec['rate_per_s']:.3g} req/s P={rec['p_all']:.2f}")
 
     fixed = None
-    if coefficients is not None:
-        from bayesblis.coefficients import read_coefficients_file
+    if coefficients:
+        from bayesblis.coefficients import read_coefficient_files
 
-        fixed = read_coefficients_file(coefficients)
+        fixed = read_coefficient_files(coefficients)
         click.echo(f"coefficients: {fixed.metadata()['meaning']}")
     try:
         plan = run_plan(sc, fixed or posterior, slos, settings, search=search, n_draws=draws,

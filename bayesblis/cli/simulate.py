@@ -13,10 +13,12 @@ from bayesblis.cli.discrepancy_option import discrepancy_option, resolve_discrep
 @click.argument("scenario", type=click.Path(exists=True, path_type=Path))
 @click.option("--posterior", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="POSTERIOR.nc from `bayesblis fit` (coefficients drawn per configuration).")
-@click.option("--coefficients", "coefficients", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Fixed coefficients: the JSON or BLIS YAML `bayesblis coefficients` writes "
-                   "(the JSON's medians, or its draws), or hand-written JSON / YAML "
-                   "(data_specs/coefficients-input.md).")
+@click.option("--coefficients", "coefficients", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Fixed coefficients: a file `bayesblis coefficients` writes (JSON: its "
+                   "medians, or its draws; BLIS YAML; bayesblis-go), or a hand-written JSON / "
+                   "YAML (data_specs/coefficients-input.md). Repeat it for several files, one "
+                   "draw each (e.g. the .drawNNN files of --draws N).")
 @click.option("--draws", type=click.IntRange(min=1), default=50, show_default=True,
               help="Posterior draws (one simulation each).")
 @click.option("--hardware", help="GPU catalog name (overrides / fills the scenario's hardware).")
@@ -51,7 +53,7 @@ def command(scenario, posterior, coefficients, draws, hardware, replay, allow_un
     from bayesblis.simulate.results import Draws, run_scenario
     from bayesblis.simulate.scenario import load_scenario
 
-    if (posterior is None) == (coefficients is None):
+    if (posterior is None) == (not coefficients):
         raise click.UsageError("give exactly one of --posterior or --coefficients")
     check_scheduler(scheduler)
     discrepancy = resolve_discrepancy(discrepancy)
@@ -66,9 +68,9 @@ def command(scenario, posterior, coefficients, draws, hardware, replay, allow_un
             discrepancy = discrepancy.for_configuration(cd.seen_config, cd.unseen_levels,
                                                         cd.fitted_load)
     else:
-        from bayesblis.coefficients import read_coefficients_file
+        from bayesblis.coefficients import read_coefficient_files
 
-        fixed = read_coefficients_file(coefficients)
+        fixed = read_coefficient_files(coefficients)
         if discrepancy is not None:   # fixed coefficients: as a new run of their configuration
             discrepancy = discrepancy.for_configuration(True)
         # one set without step noise is deterministic: one run; else --draws runs (of the
@@ -81,7 +83,7 @@ def command(scenario, posterior, coefficients, draws, hardware, replay, allow_un
                               progress=lambda i: bar.update(1), deployment=deployment,
                               n_workers=workers, scheduler=scheduler, chunk_size=chunk_size,
                               dask_workers=dask_workers, discrepancy=discrepancy)
-    if coefficients is not None:
+    if coefficients:
         result["metadata"]["coefficients"] = fixed.metadata()
         click.echo(f"coefficients: {fixed.metadata()['meaning']}")
     if trace_dir is not None:

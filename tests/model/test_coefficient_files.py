@@ -183,3 +183,68 @@ def test_a_bad_blis_yaml_names_the_field(tmp_path):
         read_coefficients_file(path)
     assert exc.value.field == "trained_physics_coefficients.beta_coeffs"
     assert "10 or 11 numbers" in str(exc.value)
+
+
+def test_bayesblis_go_files_and_per_draw_files_are_read_as_draws(exported, tmp_path):
+    """`coefficients --format bayesblis-go` (the posterior mean, or one file per draw with
+    --draws) and `--draws N` BLIS YAMLs: simulate takes several files as the draws."""
+    from bayesblis.blis_export import read_go_file
+    from bayesblis.coefficients import read_coefficient_files, read_coefficients_file
+
+    d, post_path = exported
+    runner = CliRunner()
+    r = runner.invoke(cli, ["coefficients", str(post_path), *DEPLOYMENT, "--format", "bayesblis-go",
+                            "--out", str(tmp_path / "mean.json")])
+    assert r.exit_code == 0, r.output
+    mean = read_coefficients_file(tmp_path / "mean.json")
+    assert (mean.format, mean.point) == ("bayesblis-go", "mean")
+    np.testing.assert_array_equal(mean.beta[0], read_go_file(tmp_path / "mean.json")["beta"])
+    r = runner.invoke(cli, ["coefficients", str(post_path), *DEPLOYMENT, "--format", "bayesblis-go",
+                            "--draws", "3", "--out", str(tmp_path / "g.json")])
+    assert r.exit_code == 0, r.output
+    files = sorted(tmp_path.glob("g.draw*.json"))
+    sets = read_coefficient_files(files)
+    assert (sets.point, sets.n_sets) == ("draws", 3)
+    out = tmp_path / "r.json"
+    args = ["simulate", str(d / "sc.yaml"), "--draws", "3", "--out", str(out)]
+    r = runner.invoke(cli, [*args, *[a for f in files for a in ("--coefficients", str(f))]])
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    res = json.loads(out.read_text())
+    assert res["metadata"]["draws"] == 3 and res["metadata"]["coefficients"]["n_sets"] == 3
+    # per-draw BLIS YAMLs have no JSON of their own: BLIS slots mapped back, said so
+    r = runner.invoke(cli, ["coefficients", str(post_path), *DEPLOYMENT, "--draws", "2",
+                            "--out", str(tmp_path / "t.yaml")])
+    assert r.exit_code == 0, r.output
+    with pytest.warns(InputWarning, match="approximate"):
+        yamls = read_coefficient_files(sorted(tmp_path.glob("t.draw*.yaml")))
+    assert yamls.n_sets == 2 and yamls.draws_for(_deployment(), 2).beta.shape[0] == 2
+
+
+def test_a_blis_yaml_unlike_its_json_is_read_through_the_json_with_a_warning(exported, tmp_path):
+    """A YAML `coefficients` wrote beside its JSON whose lists are not the JSON's BLIS slots
+    (a projection onto BLIS's basis): the JSON's coefficients, with a warning and a note."""
+    from bayesblis.coefficients import read_coefficients_file
+
+    d, _ = exported
+    shutil.copy(d / "c.json", tmp_path / "p.json")
+    text = (d / "c.yaml").read_text().splitlines()
+    i = next(k for k, line in enumerate(text) if "beta1a_prefill_compute" in line)
+    text[i] = "    - 9.5  # beta1a_prefill_compute"
+    (tmp_path / "p.yaml").write_text("\n".join(text) + "\n")
+    with pytest.warns(InputWarning, match="not the BLIS slots"):
+        f = read_coefficients_file(tmp_path / "p.yaml")
+    j = read_coefficients_file(d / "c.json")
+    np.testing.assert_array_equal(f.beta, j.beta)
+    assert any("projection" in n for n in f.metadata()["notes"])
+
+
+def test_files_of_two_configurations_are_not_one_set_of_draws(exported, tmp_path):
+    from bayesblis.coefficients import read_coefficient_files
+
+    d, _ = exported
+    record = json.loads((d / "c.json").read_text())
+    record["config"] = "llama-2-70b|H100-SXM|tp4|ep1|fp16"
+    (tmp_path / "other.json").write_text(json.dumps(record))
+    with pytest.raises(InputError) as exc:
+        read_coefficient_files([d / "c.json", tmp_path / "other.json"])
+    assert exc.value.field == "config"
