@@ -34,7 +34,7 @@ SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
               show_default=True,
               help="nuts = nutpie NUTS; pymc = PyMC's NUTS; advi = variational; summary = NUTS "
                    "on per-configuration likelihood summaries, PSIS-corrected (large step "
-                   "tables: see README, large traces).")
+                   "tables: see docs/large-traces.md).")
 @click.option("--draws", default=None, type=click.IntRange(min=1),
               help="Draws per chain before the first diagnostics check [default: 1000]; "
                    "given without --max-draws: exactly this many.")
@@ -54,7 +54,7 @@ SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
 @click.option("--nuts-backend", type=click.Choice(["numba", "jax"]), default="numba",
               show_default=True,
               help="How nutpie evaluates the log density: numba, or jax (compiles in seconds, "
-                   "faster on large tables; see README, fit speed).")
+                   "faster on large tables; see docs/large-traces.md).")
 @click.option("--laplace", type=click.Choice(list(LAPLACE_CHOICES)), default="auto",
               show_default=True,
               help="Precondition NUTS at the posterior mode (JAX backend; same posterior, "
