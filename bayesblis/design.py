@@ -44,12 +44,15 @@ def deployment_for_source(source, hardware: str | None = None):
     if not model:
         raise BayesBlisError(
             f"source '{source.name}': no model in its settings; give one in deployment.yaml "
-            f"(model: <HF id or catalog name>) or the experiment config")
+            f"(model: <HF id or catalog name>), the experiment config or a TraceV2 header's "
+            f"server.model")
     hw = s.get("hardware") or hardware
     if not hw:
+        where = ("the header's server block (server: {hardware: <GPU>}), a <stem>.deployment.yaml "
+                 "beside the trace" if source.kind == "trace_v2" else "the source's deployment.yaml")
         raise BayesBlisError(
-            f"source '{source.name}': the hardware is unknown; put 'hardware: <GPU>' in the "
-            f"source's deployment.yaml or pass hardware=... (CLI --hardware)")
+            f"source '{source.name}': the hardware is unknown; put 'hardware: <GPU>' in "
+            f"{where} or pass hardware=... (CLI --hardware)")
     try:
         return Deployment(load_model(model), hw, tp=int(s.get("tp") or 1), ep=int(s.get("ep") or 1),
                           dtype=str(s.get("dtype") or "auto"), block_size=int(s.get("block_size") or 16))

@@ -382,6 +382,10 @@ def _source_trace_v2(path: Path) -> Source:
         header, data = path, path.with_suffix(".csv")
     tv = read_trace_v2(header, data)
     server = server_settings(tv.header, header)
+    if not server.get("model"):   # the rows' own model column (blis observe fills it)
+        named = [m for m in tv.requests["model"].astype(str) if m]
+        if named:
+            server["model"] = named[0]
     hardware = server.pop("hardware", None)
     settings = _settings_dict(VllmSettings(**server), hardware=hardware)
     origin = {"model": f"{header}, field 'server.model'", "hardware": f"{header}, field 'server.hardware'"}

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from bayesblis.errors import InputError, InputWarning
 from bayesblis.io.dataset import ingest, sample_paths
-from bayesblis.io.inference_perf import read_inference_perf
+from bayesblis.io.inference_perf import correct_output_counts, read_inference_perf
 from bayesblis.io.tracev2 import (client_requests, inference_perf_to_trace_v2, read_trace_v2,
                                   server_settings, trace_v2_to_inference_perf)
 
@@ -34,8 +34,11 @@ def test_an_inference_perf_run_survives_a_trace_v3_round_trip(trace, tmp_path):
     assert (tv.requests["prefix_length"][tv.requests["prefix_group"] != ""] == 50).all()
     back = trace_v2_to_inference_perf(trace, tmp_path / "back")
     a, b = read_inference_perf(SAMPLE_IP), read_inference_perf(back)
-    cols = ["request_index", "prompt_tokens", "output_tokens", "prefix_group", "has_error", "stage"]
+    cols = ["request_index", "prompt_tokens", "prefix_group", "has_error", "stage"]
     pd.testing.assert_frame_equal(a.requests[cols], b.requests[cols])
+    # output counts as the fit counts them (the server's: max_tokens under ignore_eos)
+    np.testing.assert_array_equal(correct_output_counts(a.requests)["output_tokens"],
+                                  correct_output_counts(b.requests)["output_tokens"])
     shifted = a.requests["arrival_s"] - a.requests["arrival_s"].min()
     np.testing.assert_allclose(b.requests["arrival_s"], shifted, atol=1e-6)
     np.testing.assert_allclose(b.requests["ttft_s"], a.requests["ttft_s"], atol=1e-6)
@@ -152,3 +155,10 @@ def test_design_reads_a_trace_as_the_inference_perf_run_it_came_from(trace):
     assert len(a) == len(b) > 50
     cols = [c for c in a.columns if c not in ("source", "run")]    # named after the file
     pd.testing.assert_frame_equal(a[cols], b[cols], check_exact=False, rtol=1e-4, atol=1e-5)
+
+
+def test_a_header_without_server_model_takes_the_rows_model(trace):
+    head = yaml.safe_load(trace.read_text())
+    del head["server"]["model"]
+    trace.write_text(yaml.safe_dump(head))
+    assert ingest([trace]).sources[0].settings["model"] == "meta-llama/Llama-2-7b-hf"
