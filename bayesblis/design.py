@@ -73,7 +73,8 @@ def trace_v2_source_requests(source) -> pd.DataFrame:
     (`io.tracev2.client_requests` of its rows and header)."""
     from bayesblis.io.tracev2 import client_requests
 
-    return client_requests(source.tables["requests"], (source.extra or {}).get("header") or {})
+    return client_requests(source.tables["requests"], (source.extra or {}).get("header") or {},
+                           (source.meta or {}).get("path"))
 
 
 def trace_v2_observations(source, deployment) -> pd.DataFrame:

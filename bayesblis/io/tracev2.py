@@ -309,7 +309,7 @@ CLIENT_COLUMNS = ["request_index", "arrival_s", "prompt_tokens", "output_tokens"
 inference-perf run's requests (`io.inference_perf.REQUEST_COLUMNS`) plus `prefix_tokens`."""
 
 
-def client_requests(requests: pd.DataFrame, header: dict) -> pd.DataFrame:
+def client_requests(requests: pd.DataFrame, header: dict, path=None) -> pd.DataFrame:
     """A TraceV2 request table (`TraceV2.requests`, or a dataset's `trace_v2` source table)
     as the client-side request table of an inference-perf run (CLIENT_COLUMNS), sorted by
     `request_index` (= `request_id`):
@@ -326,7 +326,8 @@ def client_requests(requests: pd.DataFrame, header: dict) -> pd.DataFrame:
       `inference_perf_to_trace_v2`), else 0 (one stage: BLIS traces do not record the load
       stages of their workload).
 
-    A table that already has these columns is returned as it is."""
+    A table that already has these columns is returned as it is. `path` (the data CSV)
+    names the file in errors."""
     if {"arrival_s", "prompt_tokens", "request_index"} <= set(requests.columns):
         return requests
     req = requests
@@ -348,7 +349,7 @@ def client_requests(requests: pd.DataFrame, header: dict) -> pd.DataFrame:
         values = pd.to_numeric(req["stage"].astype(str).str.strip(), errors="coerce")
         if values.isna().any() or (values < 0).any() or (values % 1 != 0).any():
             i = int(np.flatnonzero((values.isna() | (values < 0) | (values % 1 != 0)).to_numpy())[0])
-            raise InputError(None, f"invalid value {req['stage'].iloc[i]!r}",
+            raise InputError(path, f"invalid value {req['stage'].iloc[i]!r}",
                              record=f"request {req['request_id'].iloc[i]}", field="stage",
                              expected="an integer load stage >= 0")
         stage = values.to_numpy().astype(np.int64)
@@ -490,7 +491,7 @@ def trace_v2_to_inference_perf(header_path, folder, *, data_csv=None,
     tv = read_trace_v2(header_path, data_path)
     settings = server_settings(tv.header, header_path)
     hardware = settings.pop("hardware", None) or hardware
-    req = client_requests(tv.requests, tv.header)
+    req = client_requests(tv.requests, tv.header, data_path)
     if req.empty:
         raise EmptyInputError(data_path, "no requests", expected="one row per request")
     origin = float(req["arrival_s"].min())

@@ -108,8 +108,11 @@ def test_a_bad_stage_column_names_the_request(trace):
     csv.write_text("\n".join(text) + "\n")
     tv = read_trace_v2(trace, csv)
     with pytest.raises(InputError) as exc:
-        client_requests(tv.requests, tv.header)
-    assert exc.value.field == "stage" and "'late'" in str(exc.value)
+        client_requests(tv.requests, tv.header, csv)
+    assert exc.value.field == "stage" and "'late'" in str(exc.value) and str(csv) in str(exc.value)
+    with pytest.raises(InputError, match="run.csv, record request"):      # through ingest
+        from bayesblis.design import build_model_data
+        build_model_data(ingest([trace]))
 
 
 def test_validate_takes_trace_v2_files_as_inference_perf_folders(trace, monkeypatch, tmp_path):
