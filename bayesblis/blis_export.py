@@ -89,13 +89,30 @@ def draw_sets(draws, n: int | None, *, seed: int = 0, mean: bool = False):
     mean as one set."""
     if mean:
         m = draws.mean()
-        return m.beta, m.alpha, m.noise_sigma, m.noise_nu
+        return _full(m.beta, m.beta_features), m.alpha, m.noise_sigma, m.noise_nu
     total = draws.n_draws
     if n is None or n >= total:
         pick = np.arange(total)
     else:
         pick = np.sort(np.random.default_rng(seed).choice(total, n, replace=False))
-    return draws.beta[pick], draws.alpha[pick], draws.noise_sigma[pick], draws.noise_nu[pick]
+    return (_full(draws.beta[pick], draws.beta_features), draws.alpha[pick],
+            draws.noise_sigma[pick], draws.noise_nu[pick])
+
+
+def _full(beta, names) -> np.ndarray:
+    """Beta columns in BETA_FEATURES order; a feature the posterior does not hold (fitted
+    without it) gets 0."""
+    from bayesblis.features.beta import BETA_FEATURES
+
+    beta = np.atleast_2d(np.asarray(beta, float))
+    names = list(names)
+    if names == list(BETA_FEATURES):
+        return beta
+    out = np.zeros((beta.shape[0], len(BETA_FEATURES)))
+    for j, f in enumerate(BETA_FEATURES):
+        if f in names:
+            out[:, j] = beta[:, names.index(f)]
+    return out
 
 
 def write_go_files(out: Path, deployment, beta, alpha, sigma, nu, *, async_scheduling=True,
