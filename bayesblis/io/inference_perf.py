@@ -65,6 +65,20 @@ def read_profile(path) -> dict:
     return data
 
 
+def ignore_eos_tokens(profile: dict) -> int | None:
+    """Output tokens every request of a profile makes the server generate: the shared-prefix
+    data's `output_len` (its `max_tokens`) when the server block sets `ignore_eos`, else
+    None (a request may stop early)."""
+    server = profile.get("server") if isinstance(profile.get("server"), dict) else {}
+    data = profile.get("data") if isinstance(profile.get("data"), dict) else {}
+    shared = data.get("shared_prefix") if isinstance(data.get("shared_prefix"), dict) else {}
+    out = shared.get("output_len")
+    if server.get("ignore_eos") is True and isinstance(out, int) and not isinstance(out, bool) \
+            and out >= 1:
+        return out
+    return None
+
+
 def _stages_from_profile(profile: dict, path: Path) -> pd.DataFrame:
     load = profile.get("load") or {}
     if not isinstance(load, dict):
@@ -154,6 +168,7 @@ def read_inference_perf(folder) -> Experiment:
         "e2e_s": e2e.where(ok, np.nan),
         "ttft_s": ttft.where(ok, np.nan),
         "stage": stage.astype("int64"),
+        "max_tokens": float(ignore_eos_tokens(profile) or np.nan),
     }).sort_values("request_index", ignore_index=True)
 
     lifecycle = {}
@@ -290,14 +305,23 @@ def correct_output_counts(requests: pd.DataFrame) -> pd.DataFrame:
     Some published runs record far fewer output tokens for a share of requests (e.g.
     2,336 of 9,000 in Llama-2-7B codegen, median ~50 tokens) than their decode time implies:
     their E2E equals that of full-length requests (ignore_eos), so the server generated
-    the full length and the client miscounted. For those (decode time per recorded token
-    > SUSPECT_PER_TOKEN_RATIO x the stage median) the count implied by the decode time at
-    the stage's median per-token time replaces it. Adds `output_tokens_recorded` and
-    `output_count_suspect`; the input is not modified.
+    the full length and the client miscounted. Where the profile sets `ignore_eos` (column
+    `max_tokens`, `ignore_eos_tokens`), every request without error generated exactly
+    `max_tokens` tokens and that count replaces the recorded one (the client's count is a
+    re-tokenization of the text: +1 to +2 on requests it counts right, up to 1.5x short on
+    the Llama-2-7B runs' miscounted ones). Elsewhere, where the decode time per recorded
+    token exceeds SUSPECT_PER_TOKEN_RATIO x the stage median, the count implied by the
+    decode time at the stage's median per-token time replaces it. Adds
+    `output_tokens_recorded` and `output_count_suspect` (the count is such an estimate;
+    never with `ignore_eos`, where it is known); the input is not modified.
     """
     out = requests.copy()
     out["output_tokens_recorded"] = out["output_tokens"]
     ok = out["e2e_s"].notna() & out["ttft_s"].notna() & ~out.get("has_error", False)
+    if "max_tokens" in out and out["max_tokens"].notna().all():
+        out["output_count_suspect"] = False
+        out.loc[ok, "output_tokens"] = out["max_tokens"].astype(out["output_tokens"].dtype)[ok]
+        return out
     decode_s = (out["e2e_s"] - out["ttft_s"]).where(ok)
     per_token = decode_s / (out["output_tokens"] - 1).clip(lower=1)
     stage = stage_of(out)

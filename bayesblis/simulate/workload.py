@@ -226,8 +226,10 @@ PROMPT_JITTER_PER_SQRT_TOKEN = 0.27
 """Spread of a prompt's re-tokenized length around its mean: sd = 0.27 sqrt(tokens)
 (recorded sd 5.5-7.9 tokens at 566-786 tokens in the same runs)."""
 
-OUTPUT_EXTRA_TOKENS = 1
-"""Output tokens recorded beyond `output_len` (ignore_eos): median +1 to +2 in those runs."""
+OUTPUT_EXTRA_TOKENS = 0
+"""Output tokens generated beyond `output_len`: none, inference-perf sends it as `max_tokens`
+with `ignore_eos` (the client's recorded counts, a re-tokenization of the text, run +1 to +2
+on the shared runs; `io.inference_perf.correct_output_counts`)."""
 
 DEFAULT_GROUPS = 10
 DEFAULT_PROMPTS_PER_GROUP = 10

@@ -11,23 +11,33 @@ REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real" /
 pytestmark = pytest.mark.skipif(not REAL.exists(), reason="shared real data not present")
 
 
-def test_miscounted_outputs_are_corrected_without_touching_the_input():
+def test_ignore_eos_runs_generated_max_tokens_whatever_the_client_counted():
     exp = read_inference_perf(REAL / "20260217-155451-llama-2-7b-tp1-codegen")
+    assert (exp.requests["max_tokens"] == 247).all()          # profile: output_len, ignore_eos
     fixed = correct_output_counts(exp.requests)
-    assert fixed["output_count_suspect"].sum() > 2000  # 2,336 of 9,000 in this run
+    ok = ~fixed["has_error"]
+    assert (fixed.loc[ok, "output_tokens"] == 247).all() and not fixed["output_count_suspect"].any()
+    # 2,336 of 9,000 requests were recorded far short (median ~50 tokens) in this run
+    assert (fixed["output_tokens_recorded"] < 200).sum() > 2000
+    assert (exp.requests["output_tokens"] == fixed["output_tokens_recorded"]).all()
+
+
+def test_miscounted_outputs_without_ignore_eos_are_estimated_from_decode_time():
+    exp = read_inference_perf(REAL / "20260217-155451-llama-2-7b-tp1-codegen")
+    fixed = correct_output_counts(exp.requests.drop(columns="max_tokens"))
+    assert fixed["output_count_suspect"].sum() > 2000
     sus = fixed[fixed["output_count_suspect"]]
     # flagged: decode time per recorded token >= 1.5 x the stage median; the implied counts
     # land near the workload's ~250 tokens (1st percentile 206 in this run)
     assert (sus["output_tokens"] >= 1.45 * sus["output_tokens_recorded"].clip(lower=1)).all()
     assert sus["output_tokens"].quantile(0.05) > 200
-    assert (exp.requests["output_tokens"] == fixed["output_tokens_recorded"]).all()
 
 
 def test_correctly_counted_runs_are_left_alone():
     # CodeLlama-34B's requests all record their ~250 tokens: natural per-token spread
     # within a stage stays under the 1.5 x median threshold, so nothing is flagged
     exp = read_inference_perf(REAL / "20260218-150304-codellama-34b-tp2-general")
-    assert not correct_output_counts(exp.requests)["output_count_suspect"].any()
+    assert not correct_output_counts(exp.requests.drop(columns="max_tokens"))["output_count_suspect"].any()
 
 
 def test_validate_small_slice(tmp_path):

@@ -20,7 +20,9 @@ def test_real_experiment_fields(codegen70):
     assert e.kv_blocks_total_gpu == 31356 and e.block_size == 16
     assert list(e.stages.columns) == ["stage", "rate_rps", "duration_s", "start_s", "end_s"]
     assert list(e.requests.columns) == ["request_index", "arrival_s", "prompt_tokens", "output_tokens",
-                                        "prefix_group", "has_error", "e2e_s", "ttft_s", "stage"]
+                                        "prefix_group", "has_error", "e2e_s", "ttft_s", "stage",
+                                        "max_tokens"]
+    assert (e.requests["max_tokens"] == 247).all()   # profile output_len with ignore_eos
     assert set(e.lifecycle) == {0, 1, "summary"}
     # stage sizes agree with inference-perf's own per-stage counts
     for st in (0, 1):
