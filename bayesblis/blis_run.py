@@ -140,7 +140,8 @@ def write_trace_v2(workload, prefix, *, model: str, tp: int, max_num_seqs: int,
                    block_size: int, max_model_len: int) -> tuple[Path, Path]:
     """`workload` (a `simulate.workload.Workload`) as `<prefix>.yaml` + `<prefix>.csv`
     (TraceV3, mode generated). `input_tokens` is the prompt after the shared prefix
-    (BLIS prepends the group's `prefix_length` tokens); request_id = workload index."""
+    (BLIS prepends the group's `prefix_length` tokens, at most prompt - 1: a repeated
+    prompt's last token is always computed, as in vLLM); request_id = workload index."""
     prefix = Path(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     header = {"trace_version": 3, "time_unit": "microseconds", "mode": "generated",
@@ -156,8 +157,11 @@ def write_trace_v2(workload, prefix, *, model: str, tp: int, max_num_seqs: int,
     rows = [",".join(TRACE_COLUMNS)]
     for i in range(len(workload)):
         g = int(workload.prefix_group[i])
-        plen = int(workload.prefix_tokens[i]) if g >= 0 else 0
         prompt = int(workload.prompt_tokens[i])
+        # at most prompt - 1 tokens of a prompt come from the cache: vLLM recomputes the
+        # last one for its logits (as the bayesblis simulator does); BLIS would take a
+        # whole repeated prompt from the cache and emit its first token with no prefill
+        plen = min(int(workload.prefix_tokens[i]), prompt - 1) if g >= 0 else 0
         q = prompt - plen
         rows.append(",".join(str(v) for v in (
             i, "", "", "", "", 0, f"g{g}" if g >= 0 else "", plen, "true", q,
