@@ -238,13 +238,15 @@ def request_metrics(workload, ttft_s, e2e_s, mask) -> dict:
 
 def blis_result(binary, scenario, coefficient_files, *, kind: str = "bayesblis",
                 out_dir, max_duration_s=None, ci_prob: float = CI_PROB, seed: int = 42,
-                model_config_folder=None, hardware_config=None, progress=None) -> dict:
+                model_config_folder=None, hardware_config=None, progress=None,
+                keep_engine: bool = False) -> dict:
     """Run BLIS once per coefficient file on `scenario` (a `simulate.scenario.Scenario`)
     and summarise every stage's METRICS over the files (draws) like `run_scenario`.
 
     `kind`: "bayesblis" (files written by `--format bayesblis-go`) or "trained-physics"
     (BLIS YAML with `trained_physics_coefficients`; needs `model_config_folder` holding
-    the model's config.json and `hardware_config`, BLIS's hardware_config.json)."""
+    the model's config.json and `hardware_config`, BLIS's hardware_config.json).
+    bayesblis-go files get the scenario's engine settings unless `keep_engine`."""
     from bayesblis.simulate.results import METRICS, saturated, stage_lag_growth, summarize
 
     out_dir = Path(out_dir)
@@ -259,7 +261,7 @@ def blis_result(binary, scenario, coefficient_files, *, kind: str = "bayesblis",
     masks = [valid & (w.stage == s) for s in range(w.n_stages)]
     per = []
     for d, path in enumerate(coefficient_files):
-        if kind == "bayesblis":  # the engine settings are the scenario's
+        if kind == "bayesblis" and not keep_engine:  # the engine settings are the scenario's
             from bayesblis.blis_export import read_go_file, with_engine
 
             path = _write(out_dir / f"draw{d:03d}" / "coefficients.json",

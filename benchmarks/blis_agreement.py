@@ -32,7 +32,7 @@ MODEL_CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "model
 
 
 def one_run(folder: Path, post, binary: Path, work: Path, n_draws: int, seed: int,
-            mappings: list[str]) -> dict:
+            mappings: list[str], all_stages: bool = False, variants=()) -> dict:
     from bayesblis.blis_export import write_go_files, write_trained_physics_files
     from bayesblis.blis_run import blis_model_name, blis_result
     from bayesblis.coefficients import posterior_draws
@@ -42,7 +42,7 @@ def one_run(folder: Path, post, binary: Path, work: Path, n_draws: int, seed: in
     sc = load_scenario(folder, hardware="H100-SXM", replay=True, seed=seed)
     dep = sc.deployment()
     cfg = sc.engine_config(dep)
-    stage_end = sc.build_workload().stage_bounds_s[0][1]
+    stage_end = None if all_stages else sc.build_workload().stage_bounds_s[0][1]
     cd = posterior_draws(post, dep, n_draws, seed=seed)
     draws = Draws.from_coefficient_draws(cd, source="posterior")
     t0 = time.perf_counter()
@@ -58,6 +58,18 @@ def one_run(folder: Path, post, binary: Path, work: Path, n_draws: int, seed: in
                       max_duration_s=stage_end)
     out["blis_backend"] = _medians(res)
     out["blis_backend_wall_s"] = round(time.perf_counter() - t0, 2)
+    for variant in variants:   # the backend without one of its emulations: the gap it closes
+        switch = {"no_async": "async_scheduling", "no_api_return": "api_return_delay"}[variant]
+        files = []
+        for f in go_files:
+            rec = json.loads(f.read_text()) | {switch: False}
+            path = rd / variant / f.name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(rec))
+            files.append(path)
+        res = blis_result(binary, sc, files, kind="bayesblis", out_dir=rd / variant,
+                          max_duration_s=stage_end, keep_engine=True)
+        out[f"blis_backend_{variant}"] = _medians(res)
     for mapping in mappings:
         fn = None
         if mapping == "projection":
@@ -83,7 +95,11 @@ def one_run(folder: Path, post, binary: Path, work: Path, n_draws: int, seed: in
 
 def _medians(result: dict) -> dict:
     st = result["stages"][0]
-    return {m: st[m]["median"] for m in METRICS} | {"saturated_share": st.get("saturated_share")}
+    out = {m: st[m]["median"] for m in METRICS} | {"saturated_share": st.get("saturated_share")}
+    for s in result["stages"][1:]:   # --all-stages: later stages, suffixed
+        out |= {f"{m}_stage{s['stage']}": s[m]["median"] for m in METRICS}
+        out[f"saturated_share_stage{s['stage']}"] = s.get("saturated_share")
+    return out
 
 
 def main(argv=None):
@@ -96,6 +112,10 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--runs", nargs="*", default=None, help="run folder names (default: all 16)")
     ap.add_argument("--mapping", nargs="*", default=["slot"], choices=["slot", "projection"])
+    ap.add_argument("--variants", nargs="*", default=[], choices=["no_async", "no_api_return"],
+                    help="also the backend without that emulation (the gap it closes)")
+    ap.add_argument("--all-stages", action="store_true",
+                    help="every stage (saturation at the second), not only the first")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     from bayesblis.blis_run import build_blis
@@ -116,7 +136,7 @@ def main(argv=None):
         if folder.name in done:
             continue
         t0 = time.perf_counter()
-        row = one_run(folder, post, binary, a.work, a.draws, a.seed, a.mapping)
+        row = one_run(folder, post, binary, a.work, a.draws, a.seed, a.mapping, a.all_stages, a.variants)
         rows.append(row)
         print(f"{folder.name:<52} " + "  ".join(
             f"{k[5:-4]} " + " ".join(f"{m[:-7]} {v:+.2%}" for m, v in row[k].items() if v is not None)

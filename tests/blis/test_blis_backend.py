@@ -99,7 +99,7 @@ def test_blis_backend_agrees_with_simulate(blis_binary, tmp_path, model, tp, kv)
 def test_plain_blis_reading_misses_async_scheduling(blis_binary, tmp_path):
     """Without the backend's async emulation BLIS admits a request one step early: TTFT
     drops by about a third (what the emulation is for)."""
-    from bayesblis.blis_export import read_go_file, write_go_files
+    from bayesblis.blis_export import read_go_file, with_engine, write_go_files
     from bayesblis.blis_run import blis_result
     from bayesblis.features.alpha import ALPHA_FEATURES
     from bayesblis.features.beta import BETA_FEATURES
@@ -113,17 +113,10 @@ def test_plain_blis_reading_misses_async_scheduling(blis_binary, tmp_path):
     alpha = np.array([COEFFICIENTS["alpha"][f] for f in ALPHA_FEATURES])
     (path,) = write_go_files(tmp_path / "c.json", dep, beta, alpha, 0.0, 30.0)
     on = blis_result(blis_binary, sc, [path], out_dir=tmp_path / "on")
-    rec = read_go_file(path)
-    import bayesblis.blis_export as be
-
     plain = tmp_path / "plain.json"
-    plain.write_text(json.dumps({**rec, "async_scheduling": False}))
-    orig = be.with_engine
-    try:   # keep the file's switch (blis_result otherwise takes it from the scenario)
-        be.with_engine = lambda r, c: {**orig(r, c), "async_scheduling": False}
-        off = blis_result(blis_binary, sc, [plain], out_dir=tmp_path / "off")
-    finally:
-        be.with_engine = orig
+    plain.write_text(json.dumps({**with_engine(read_go_file(path), sc.engine_config(dep)),
+                                 "async_scheduling": False}))
+    off = blis_result(blis_binary, sc, [plain], out_dir=tmp_path / "off", keep_engine=True)
     ratio = off["stages"][0]["ttft_mean_s"]["median"] / on["stages"][0]["ttft_mean_s"]["median"]
     assert 0.55 < ratio < 0.85
 
