@@ -19,9 +19,12 @@
 //
 //   - Async scheduling (vLLM's default): a request queued while a step runs joins the
 //     step after the next one. BLIS admits it into the next one. QueueingTime adds the
-//     wait: if the request would be queued inside the last priced step, it is queued 1 µs
-//     after that step ends (so it misses the step that starts then); if it lands later
-//     while the engine is busy, one more step of the last step's duration.
+//     wait, from the clock the priced steps give: a request queued inside the last priced
+//     step is queued 1 µs after that step ends (so it misses the step that starts then);
+//     one queued inside the step that starts then is queued 2 µs after that step ends,
+//     its length predicted from the requests BLIS will batch (the last step's requests
+//     and those queued by then, FCFS, within max_num_batched_tokens and max_num_seqs;
+//     its noise is drawn ahead). An engine going idle adds no wait.
 //   - The API server's return of a token behind the requests decoding then
 //     (alpha_frontend_s x decoding): BLIS calls OutputTokenProcessingTime once per
 //     generated token of a step, in batch order, right after StepTime (first tokens
@@ -76,11 +79,11 @@ type bayesblisFile struct {
 	RooflineMFU     float64     `json:"roofline_mfu"`
 	BlockSize       int64       `json:"block_size"`
 	AsyncScheduling bool        `json:"async_scheduling"`
-	APIReturnDelay  *bool       `json:"api_return_delay"` // default true: emulate alpha_frontend_s (see above)
+	APIReturnDelay  *bool       `json:"api_return_delay"`       // default true: emulate alpha_frontend_s (see above)
 	MaxBatchTokens  int64       `json:"max_num_batched_tokens"` // engine's token budget (0: none); predicts the next step
 	MaxNumSeqs      int         `json:"max_num_seqs"`           // engine's running requests (0: no cap)
-	Beta            []float64   `json:"beta"`     // BETA_FEATURES order
-	AlphaUs         []float64   `json:"alpha_us"` // const, per prompt token, per output token, per request decoding
+	Beta            []float64   `json:"beta"`                   // BETA_FEATURES order
+	AlphaUs         []float64   `json:"alpha_us"`               // const, per prompt token, per output token, per request decoding
 	NoiseSigma      float64     `json:"noise_sigma"`
 	NoiseNu         float64     `json:"noise_nu"`
 	NoiseSeed       int64       `json:"noise_seed"`
