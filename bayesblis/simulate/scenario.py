@@ -216,16 +216,10 @@ class Scenario:
                 raise InputError(prof_path, "stage lacks numeric rate/duration",
                                  record=f"stage {i}", field="load.stages")
         arrival = "poisson_per_second" if load.get("type") == "poisson" else "normalized_exponential"
+        mix = profile_request_mix(prof.get("data") or {}, prof_path)
         sp = ((prof.get("data") or {}).get("shared_prefix")) or {}
-        try:
-            shared = profile_shared_prefix(sp)
-        except (KeyError, TypeError, ValueError):
-            raise InputError(prof_path, "shared_prefix data lacks question_len/output_len",
-                             field="data.shared_prefix",
-                             expected="system_prompt_len, question_len, output_len") from None
         groups = int(sp.get("num_unique_system_prompts", 1))   # replay's fallback groups
-        sys_len, q_len, out_len = (shared[k] for k in ("system_prompt_len", "question_len",
-                                                        "output_len"))
+        sys_len, q_len, out_len = mix.pop("fallback_lengths")
         req_path = folder / "requests.json"
         meta_cfg = {}
         meta = None
@@ -253,8 +247,7 @@ class Scenario:
         if not replay:
             spec = {"seed": int(seed), "arrival": arrival,
                     "stages": [{"rate": float(s["rate"]), "duration": float(s["duration"])}
-                               for s in stages],
-                    "shared_prefix": shared}
+                               for s in stages], **mix}
             return cls(workload_spec=spec, **common)
         if meta is None:
             raise InputError(req_path, "file missing", expected="requests.json for --replay")
@@ -273,6 +266,46 @@ class Scenario:
 # ---------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------
+
+GENERATED_DATA_TYPES = ("shared_prefix", "random", "synthetic")
+"""inference-perf data types a profile alone describes (others need their dataset: replay)."""
+
+
+def profile_request_mix(data: dict, path) -> dict:
+    """The request mix of an inference-perf profile's `data` as workload-spec keys
+    (`shared_prefix`, or `prompt_tokens` + `output_tokens` for random/synthetic data: a
+    normal clipped to [min, max] from `input_distribution`/`output_distribution`), plus
+    `fallback_lengths` (system prompt, question, output) that replay uses for requests
+    recorded without counts."""
+    kind = data.get("type", "shared_prefix")
+    if kind == "shared_prefix":
+        try:
+            shared = profile_shared_prefix(data.get("shared_prefix") or {})
+        except (KeyError, TypeError, ValueError):
+            raise InputError(path, "shared_prefix data lacks question_len/output_len",
+                             field="data.shared_prefix",
+                             expected="system_prompt_len, question_len, output_len") from None
+        return {"shared_prefix": shared, "fallback_lengths": tuple(
+            shared[k] for k in ("system_prompt_len", "question_len", "output_len"))}
+    if kind in ("random", "synthetic"):
+        specs = {}
+        for key, name in (("input_distribution", "prompt_tokens"),
+                          ("output_distribution", "output_tokens")):
+            d = data.get(key)
+            try:
+                specs[name] = {"dist": "normal", "mean": float(d["mean"]),
+                               "std": float(d["std_dev"]), "min": int(d["min"]),
+                               "max": int(d["max"])}
+            except (KeyError, TypeError, ValueError):
+                raise InputError(path, f"{kind} data without a usable {key}",
+                                 field=f"data.{key}", expected="{min, max, mean, std_dev}") from None
+        return {**specs, "fallback_lengths": (0, int(specs["prompt_tokens"]["mean"]),
+                                              int(specs["output_tokens"]["mean"]))}
+    raise InputError(path, f"data type {kind!r} cannot be generated from the profile alone",
+                     field="data.type",
+                     expected=f"one of {list(GENERATED_DATA_TYPES)} (or --replay of the recorded "
+                              "requests)")
+
 
 def profile_shared_prefix(sp: dict) -> dict:
     """The `shared_prefix` workload spec of an inference-perf profile's `data.shared_prefix`.

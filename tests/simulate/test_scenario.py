@@ -197,3 +197,22 @@ def test_trace_v2_replay(tmp_path):
     assert len(w) == 6 and w.arrival_s[0] == 0 and w.arrival_s[-1] == pytest.approx(1.0)
     assert list(w.prefix_group) == [-1, 0, -1, 0, -1, 0] and w.has_error.sum() == 1
     assert sc.engine_config().max_num_seqs == 32
+
+
+def test_inference_perf_random_data_and_data_it_cannot_generate(tmp_path):
+    (tmp_path / "exp-config.yaml").write_text("model: llama-2-7b\ntensor_parallelism: 1\n")
+    profile = {"data": {"type": "random",
+                        "input_distribution": {"min": 10, "max": 900, "mean": 400, "std_dev": 100},
+                        "output_distribution": {"min": 5, "max": 300, "mean": 120, "std_dev": 30}},
+               "load": {"type": "poisson", "stages": [{"rate": 10, "duration": 100}]}}
+    (tmp_path / "profile.yaml").write_text(json.dumps(profile))
+    sc = Scenario.from_inference_perf(tmp_path, "H100-SXM")
+    assert sc.workload_spec["arrival"] == "poisson_per_second"
+    w = sc.build_workload()
+    assert abs(len(w) - 1000) < 120 and np.all(w.prefix_group == -1)
+    assert abs(w.prompt_tokens.mean() - 400) < 15 and w.prompt_tokens.max() <= 900
+    assert abs(w.output_tokens.mean() - 120) < 5 and w.output_tokens.min() >= 5
+    profile["data"] = {"type": "shareGPT"}
+    (tmp_path / "profile.yaml").write_text(json.dumps(profile))
+    with pytest.raises(InputError, match="shareGPT"):
+        Scenario.from_inference_perf(tmp_path, "H100-SXM")
