@@ -534,8 +534,16 @@ def _scenario_from_trace_v2(tr, header, hardware) -> Scenario:
     err = (req["status"].astype(str) != "ok").to_numpy()
     w = Workload(arrival, prompt, output, group, ptok, None, err,
                  [(0.0, float(arrival.max()) + 1e-9)])
-    server = tr.header.get("server") or {}
-    model = server.get("model") or next((m for m in req.get("model", []) if m), None)
+    model, tp, vllm = _trace_v2_deployment(tr.header, header,
+                                           next((m for m in req.get("model", []) if m), None))
+    return Scenario(model=model, hardware=hardware, tp=tp, ep=1, dtype="auto",
+                    vllm=vllm, workload=w, name=Path(header).stem, source=str(header))
+
+
+def _trace_v2_deployment(header_doc: dict, header, row_model=None) -> tuple[str, int, dict]:
+    """(model, tp, vLLM settings) of a TraceV2 header's `server` block."""
+    server = header_doc.get("server") or {}
+    model = server.get("model") or row_model
     if not model:
         raise InputError(header, "no model named", field="server.model",
                          expected="the served model (catalog name or config.json path)")
@@ -548,15 +556,58 @@ def _scenario_from_trace_v2(tr, header, hardware) -> Scenario:
         if server.get(src) is not None:
             vllm[dst] = server[src]
     vllm = _check_vllm(vllm, header)
-    tp = server.get("tensor_parallel") or 1
-    return Scenario(model=str(model), hardware=hardware, tp=int(tp), ep=1, dtype="auto",
-                    vllm=vllm, workload=w, name=Path(header).stem, source=str(header))
+    return str(model), int(server.get("tensor_parallel") or 1), vllm
+
+
+def _scenario_from_blis_workload_spec(header: Path, hardware, seed: int) -> Scenario:
+    """A generated Scenario of a TraceV2 header without data: the BLIS workload spec its
+    `workload_spec` names (a YAML path relative to the header), in BLIS's compact
+    `inference_perf` form, generated as BLIS's own load generator sends it: Poisson
+    arrivals per stage, each request from one of `num_unique_system_prompts` groups
+    (uniformly) with that group's `system_prompt_len`-token prefix and a fresh
+    `question_len`-token question, `output_len` output tokens."""
+    from bayesblis.io.text import load_yaml_checked
+
+    doc = load_yaml_checked(header, expected="a TraceV2 header")
+    ref = str(doc.get("workload_spec") or "")
+    expected = "a data CSV beside the header, or a workload_spec naming a BLIS workload YAML"
+    if not ref or ref.startswith("preset:"):
+        raise InputError(header, "no TraceV2 data CSV beside the header, and "
+                         + (f"workload_spec {ref!r} is a BLIS preset" if ref else "no workload_spec"),
+                         field="workload_spec", expected=expected)
+    spec_path = (header.parent / ref) if not Path(ref).is_absolute() else Path(ref)
+    if not spec_path.is_file():
+        raise InputError(header, f"workload_spec {ref!r} not found at {spec_path}",
+                         field="workload_spec", expected=expected)
+    spec = load_yaml_checked(spec_path, expected="a BLIS workload spec YAML")
+    ip = spec.get("inference_perf") if isinstance(spec, dict) else None
+    if not isinstance(ip, dict):
+        raise InputError(spec_path, "no inference_perf block", field="inference_perf",
+                         expected="BLIS's compact inference_perf form (stages, shared_prefix)")
+    sp = ip.get("shared_prefix") or {}
+    try:
+        stages = [{"rate": float(st["rate"]), "duration": float(st["duration"])}
+                  for st in ip["stages"]]
+        workload = {"seed": int(spec.get("seed", doc.get("workload_seed", seed)) or 0),
+                    "arrival": "poisson", "stages": stages,
+                    "prompt_tokens": int(sp["question_len"]), "output_tokens": int(sp["output_len"]),
+                    "prefix": {"num_groups": int(sp["num_unique_system_prompts"]),
+                               "system_prompt_len": int(sp.get("system_prompt_len", 0))}}
+    except (KeyError, TypeError, ValueError):
+        raise InputError(spec_path, "incomplete inference_perf block", field="inference_perf",
+                         expected="stages [{rate, duration}] and shared_prefix {num_unique_system_"
+                                  "prompts, question_len, output_len, system_prompt_len}") from None
+    model, tp, vllm = _trace_v2_deployment(doc, header)
+    return Scenario(model=model, hardware=hardware, tp=tp, ep=1, dtype="auto", vllm=vllm,
+                    workload_spec=_check_workload(workload, spec_path), name=header.stem,
+                    source=str(header))
 
 
 def load_scenario(path, *, hardware: str | None = None, replay: bool = False,
                   seed: int = 0) -> Scenario:
     """Scenario from a YAML file, an inference-perf folder or a TraceV2 header (.yaml
-    with a sibling data CSV named in it or `<stem>.csv`)."""
+    with a sibling data CSV named in it or `<stem>.csv`: replayed; without one, the BLIS
+    workload spec its `workload_spec` names is generated)."""
     path = Path(path)
     if path.is_dir():
         return Scenario.from_inference_perf(path, hardware, replay=replay, seed=seed)
@@ -564,7 +615,10 @@ def load_scenario(path, *, hardware: str | None = None, replay: bool = False,
         raise InputError(path, "not found", expected="a scenario YAML, an inference-perf folder "
                          "or a TraceV2 header")
     if _is_trace_v2_header(path):
-        data = _trace_v2_data_path(path)
+        try:
+            data = _trace_v2_data_path(path)
+        except InputError:   # nothing recorded to replay: the workload spec it names
+            return _scenario_from_blis_workload_spec(path, hardware, seed)
         return Scenario.from_trace_v2(path, data, hardware)
     return Scenario.from_yaml(path).with_hardware(hardware)
 

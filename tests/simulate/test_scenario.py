@@ -216,3 +216,24 @@ def test_inference_perf_random_data_and_data_it_cannot_generate(tmp_path):
     (tmp_path / "profile.yaml").write_text(json.dumps(profile))
     with pytest.raises(InputError, match="shareGPT"):
         Scenario.from_inference_perf(tmp_path, "H100-SXM")
+
+
+def test_trace_v2_header_without_data_generates_its_blis_workload_spec(tmp_path):
+    spec = {"version": "2", "seed": 7, "inference_perf": {
+        "stages": [{"rate": 5, "duration": 60}, {"rate": 10, "duration": 30}],
+        "shared_prefix": {"num_unique_system_prompts": 4, "num_users_per_system_prompt": 2,
+                          "system_prompt_len": 100, "question_len": 300, "output_len": 50}}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    header = {"trace_version": 3, "mode": "generated", "workload_spec": "spec.yaml",
+              "server": {"model": "llama-2-7b", "tensor_parallel": 1, "max_num_seqs": 64}}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(header))
+    sc = load_scenario(tmp_path / "run.yaml", hardware="H100-SXM")
+    assert sc.workload is None and sc.vllm["max_num_seqs"] == 64
+    w = sc.build_workload()
+    assert w.n_stages == 2 and abs(len(w) - 600) < 80
+    assert set(np.unique(w.prefix_group)) == {0, 1, 2, 3}
+    assert np.all(w.prompt_tokens == 400) and np.all(w.prefix_tokens == 100)
+    header["workload_spec"] = "preset:chatbot"
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(header))
+    with pytest.raises(InputError, match="preset"):
+        load_scenario(tmp_path / "run.yaml", hardware="H100-SXM")
