@@ -220,7 +220,7 @@ def _itl_miscounted(row: dict, workload_row: dict | None) -> str | None:
 
 
 def summarize(records: list[dict]) -> dict:
-    """Per metric: median |error| and signed error of the median, of the mean, coverage and
+    """Per metric: median abs(error) and signed error of the median, of the mean, coverage and
     median width, over all stages and per model."""
     def block(rows):
         out = {"n_stages": len(rows)}
