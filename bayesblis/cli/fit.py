@@ -11,7 +11,10 @@ DEFAULTS = {"draws": 1000, "max_draws": 4000, "extend_draws": 500, "tune": 1000,
 """Sampler defaults of NUTS on rows: 1,000 draws per chain, then 500 more at a time until
 the diagnostics pass, at most 4,000 (`hierarchy.sample_until_diagnosed`): a fixed number of
 draws passed on some sampler seeds and not on others (the quick tour at 2,000 draws: tail
-ESS 532 on seed 1, 132 on another). History of fixed draws: the quick tour (16 shared runs) went from r_hat 1.029,
+ESS 532 on seed 1, 132 on another). Model version 7, 2026-11-26, quick tour, seeds 1 / 2 /
+3: stopped at 2,000 / 2,000 / 1,000 draws (checks at 1,000 and 1,500 failed on r_hat
+1.010-1.013 for seeds 1-2), r_hat 1.007 / 1.005 / 1.009, bulk ESS 493 / 611 / 255, tail
+ESS 532 / 525 / 221, no divergences, 199-279 s CPU. History of fixed draws: the quick tour (16 shared runs) went from r_hat 1.029,
 bulk ESS 142, 1 divergence at 500 / 500 / 0.9 to 1.009-1.010, 181-257, 0-3 (seeds 1-2,
 model version 3, 1,000 draws), with the centred run factors to 1.007, 416-481, 0-1, and with version 4's GEMV
 factor 1.017 / 1.007, 340 / 397, 1 / 0, with version 5's TP all-reduce floor 1.006 / 1.006,

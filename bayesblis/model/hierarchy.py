@@ -670,8 +670,9 @@ class LatencyModel:
                            "alpha_features": self.alpha_features})
 
 
-POLL_S = 2.0
-"""How often `sample_until_diagnosed` looks at the draws of a running sampler (s)."""
+POLL_S, POLL_MAX_S = 1.0, 30.0
+"""Shortest and longest wait of `sample_until_diagnosed` between looks at the draws of a
+running sampler (s)."""
 
 
 def sample_until_diagnosed(sampler, draws: int, max_draws: int, extend_draws: int):
@@ -704,15 +705,23 @@ def sample_until_diagnosed(sampler, draws: int, max_draws: int, extend_draws: in
 
 
 def _trace_with_draws(sampler, n_draws: int):
-    """The sampler's trace once every chain has `n_draws` draws after tuning."""
+    """The sampler's trace once every chain has `n_draws` draws after tuning. Looks again
+    after about 90% of the time the draws so far say is left (at least `POLL_S`, at most
+    `POLL_MAX_S`): copying the trace costs time the chains share."""
     import time as _time
 
+    last = None
     while True:
         finished = _finished(sampler)
         trace = sampler.inspect()  # after `is_finished`, nutpie's `wait` has no results
-        if finished or _complete_draws(trace) >= n_draws:
+        done, now = _complete_draws(trace), _time.perf_counter()
+        if finished or done >= n_draws:
             return trace
-        _time.sleep(POLL_S)
+        wait_s = POLL_S
+        if last is not None and done > last[0]:
+            wait_s = 0.9 * (n_draws - done) * (now - last[1]) / (done - last[0])
+        last = (done, now)
+        _time.sleep(min(max(wait_s, POLL_S), POLL_MAX_S))
 
 
 def _finished(sampler) -> bool:
