@@ -412,9 +412,8 @@ def inference_perf_to_trace_v2(folder, header_path, *, hardware: str | None = No
     Every request keeps its arrival (send = epoch + `arrival_time_us`, scheduled arrival =
     `arrival_time_us`), token counts (`server_input_tokens` = the prompt,
     `input_tokens` = the prompt less the shared system prompt of prefix-group rows,
-    `prefix_length` = the profile's `system_prompt_len`; `output_tokens` the server's count:
-    the request's `max_tokens` where the profile sets `ignore_eos`, as
-    `io.inference_perf.correct_output_counts` counts them, else the recorded one), chunk times (send + TTFT, send +
+    `prefix_length` = the profile's `system_prompt_len`; `output_tokens` the client's recorded
+    count, as a client-side trace records it), chunk times (send + TTFT, send +
     E2E, rounded to µs) and error flag (`status` error). The deployment goes to the
     `server:` block (BLIS keys plus `kv_blocks_total_gpu`, `max_num_batched_tokens`,
     `enable_prefix_caching`, `async_scheduling` and `hardware` when given) and the load
@@ -434,11 +433,7 @@ def inference_perf_to_trace_v2(folder, header_path, *, hardware: str | None = No
     ok = ~req["has_error"].to_numpy(bool)
     first = np.where(ok, send + np.round(np.nan_to_num(req["ttft_s"].to_numpy(float)) * 1e6), 0)
     last = np.where(ok, send + np.round(np.nan_to_num(req["e2e_s"].to_numpy(float)) * 1e6), 0)
-    out_tok = req["output_tokens"].to_numpy(np.int64)
-    if "max_tokens" in req:   # ignore_eos: the server generated exactly max_tokens
-        known = ok & np.isfinite(req["max_tokens"].to_numpy(float))
-        out_tok = np.where(known, np.nan_to_num(req["max_tokens"].to_numpy(float)), out_tok)
-        out_tok = out_tok.astype(np.int64)
+    out_tok = req["output_tokens"].to_numpy(np.int64)   # the client's count, as observe records
     model = exp.settings.model or exp.model_name or ""
     rows = pd.DataFrame({
         "request_id": req["request_index"].to_numpy(np.int64), "client_id": "", "tenant_id": "",

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from bayesblis.errors import InputError, InputWarning
 from bayesblis.io.dataset import ingest, sample_paths
-from bayesblis.io.inference_perf import correct_output_counts, read_inference_perf
+from bayesblis.io.inference_perf import read_inference_perf
 from bayesblis.io.tracev2 import (client_requests, inference_perf_to_trace_v2, read_trace_v2,
                                   server_settings, trace_v2_to_inference_perf)
 
@@ -36,9 +36,8 @@ def test_an_inference_perf_run_survives_a_trace_v3_round_trip(trace, tmp_path):
     a, b = read_inference_perf(SAMPLE_IP), read_inference_perf(back)
     cols = ["request_index", "prompt_tokens", "prefix_group", "has_error", "stage"]
     pd.testing.assert_frame_equal(a.requests[cols], b.requests[cols])
-    # output counts as the fit counts them (the server's: max_tokens under ignore_eos)
-    np.testing.assert_array_equal(correct_output_counts(a.requests)["output_tokens"],
-                                  correct_output_counts(b.requests)["output_tokens"])
+    # the client's recorded output counts, which fits use (client_windows.FIT_ON_RECORDED_COUNTS)
+    np.testing.assert_array_equal(a.requests["output_tokens"], b.requests["output_tokens"])
     shifted = a.requests["arrival_s"] - a.requests["arrival_s"].min()
     np.testing.assert_allclose(b.requests["arrival_s"], shifted, atol=1e-6)
     np.testing.assert_allclose(b.requests["ttft_s"], a.requests["ttft_s"], atol=1e-6)
