@@ -358,20 +358,24 @@ def client_observations(source, deployment) -> pd.DataFrame:
     """Observation rows of an ingested inference-perf source (bayesblis.io.dataset.Source),
     without the windows of its first WARMUP_S seconds (a source cut by
     `calibrate.truncate_source` carries its own span, which `calibration_data` applies)."""
-    from bayesblis.model.data import config_row
-
-    from bayesblis.io.prompt_reuse import repeated_prompts
-
-    settings = source.settings
     profile = (getattr(source, "extra", {}) or {}).get("profile", {}) or {}
     shared = (profile.get("data", {}) or {}).get("shared_prefix", {}) or {}
-    requests = source.tables["requests"]
+    return source_windows(source, deployment, source.tables["requests"],
+                          float(shared.get("system_prompt_len", 0)))
+
+
+def source_windows(source, deployment, requests, shared_prefix_tokens) -> pd.DataFrame:
+    """`client_windows` of a source's client-side request table with its settings: each
+    request shares `shared_prefix_tokens` (one number or one per row) with the cache, a
+    prompt sent before is cached whole (io/prompt_reuse.py); no windows in the warm-up."""
+    from bayesblis.io.prompt_reuse import repeated_prompts
+    from bayesblis.model.data import config_row
+
+    settings = source.settings
     prefix = 0
     if settings.get("enable_prefix_caching", True):
-        # the shared system prompt; a prompt sent before is cached whole (io/prompt_reuse.py)
         _, repeat = repeated_prompts(requests)
-        prefix = np.where(repeat, requests["prompt_tokens"].to_numpy(float),
-                          float(shared.get("system_prompt_len", 0)))
+        prefix = np.where(repeat, requests["prompt_tokens"].to_numpy(float), shared_prefix_tokens)
     return client_windows(requests, deployment,
                           max_num_batched_tokens=int(settings.get("max_num_batched_tokens") or 2048),
                           block_size=int(settings.get("block_size") or 16),

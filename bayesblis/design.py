@@ -83,23 +83,10 @@ def trace_v2_observations(source, deployment) -> pd.DataFrame:
     `prefix_length` (an inference-perf run has one `system_prompt_len` for all) and a
     repeated prompt cached whole; the warm-up as for inference-perf runs (`WARMUP_S`, none
     for a source `calibrate.truncate_source` cut)."""
-    from bayesblis.client_windows import WARMUP_S, client_windows
-    from bayesblis.io.prompt_reuse import repeated_prompts
+    from bayesblis.client_windows import source_windows
 
-    settings = source.settings
     requests = trace_v2_source_requests(source)
-    prefix = 0
-    if settings.get("enable_prefix_caching", True):
-        _, repeat = repeated_prompts(requests)
-        prefix = np.where(repeat, requests["prompt_tokens"].to_numpy(float),
-                          requests["prefix_tokens"].to_numpy(float))
-    return client_windows(requests, deployment,
-                          max_num_batched_tokens=int(settings.get("max_num_batched_tokens") or 2048),
-                          block_size=int(settings.get("block_size") or 16),
-                          prefix_tokens=prefix, config=config_row(deployment)["config"],
-                          source=source.name,
-                          warmup_s=0.0 if "calibration_windows" in source.meta else WARMUP_S,
-                          async_scheduling=bool(settings.get("async_scheduling", True)))
+    return source_windows(source, deployment, requests, requests["prefix_tokens"].to_numpy(float))
 
 
 def source_observations(source, deployment, *, kinds=None) -> tuple[pd.DataFrame, dict]:
