@@ -514,23 +514,27 @@ def _repeated_prompt_ids(requests) -> np.ndarray | None:
 def _scenario_from_trace_v2(tr, header, hardware) -> Scenario:
     """Build a replay Scenario from a read `TraceV2` (header `server` block + rows).
 
-    Arrivals: `arrival_time_s` shifted to start at 0; tokens: `input_tokens` /
-    `output_tokens` (0 -> 1); prefix groups from `prefix_group` with `prefix_length`
-    tokens; rows with a status other than 'ok' are simulated but excluded from metrics.
+    Arrivals: `arrival_time_s` shifted to start at 0; prompt: `server_input_tokens` when
+    recorded, else `input_tokens` (which excludes the shared prefix) + `prefix_length`;
+    `output_tokens` (0 -> 1); prefix groups from `prefix_group` with `prefix_length` tokens; rows with a status other than 'ok' are simulated but excluded from metrics.
     """
     req = tr.requests.sort_values("arrival_time_s", kind="stable")
     arrival = req["arrival_time_s"].to_numpy(float)
     arrival = arrival - arrival.min()
-    prompt = np.maximum(req["input_tokens"].to_numpy(np.int64), 1)
-    output = np.maximum(req["output_tokens"].to_numpy(np.int64), 1)
     pg = req["prefix_group"].astype(str).to_numpy()
+    ptok = req["prefix_length"].to_numpy(np.int64) if "prefix_length" in req else np.zeros(len(req), np.int64)
+    # input_tokens excludes the shared prefix; server_input_tokens (when recorded) is the prompt
+    server_in = (req["server_input_tokens"].to_numpy(np.int64) if "server_input_tokens" in req
+                 else np.zeros(len(req), np.int64))
+    whole = req["input_tokens"].to_numpy(np.int64) + np.where(pg != "", ptok, 0)
+    prompt = np.maximum(np.where(server_in > 0, server_in, whole), 1)
+    output = np.maximum(req["output_tokens"].to_numpy(np.int64), 1)
     _, group = np.unique(pg, return_inverse=True)
     group = group.astype(np.int64)
     group[pg == ""] = -1
     if (group >= 0).any():   # renumber the groups that exist from 0
         _, group_new = np.unique(group[group >= 0], return_inverse=True)
         group[group >= 0] = group_new
-    ptok = req["prefix_length"].to_numpy(np.int64) if "prefix_length" in req else np.zeros(len(req), np.int64)
     err = (req["status"].astype(str) != "ok").to_numpy()
     w = Workload(arrival, prompt, output, group, ptok, None, err,
                  [(0.0, float(arrival.max()) + 1e-9)])

@@ -196,6 +196,8 @@ def test_trace_v2_replay(tmp_path):
     w = sc.build_workload()
     assert len(w) == 6 and w.arrival_s[0] == 0 and w.arrival_s[-1] == pytest.approx(1.0)
     assert list(w.prefix_group) == [-1, 0, -1, 0, -1, 0] and w.has_error.sum() == 1
+    # input_tokens excludes the shared prefix: the prompt is both
+    assert list(w.prompt_tokens) == [100, 101 + 32, 102, 103 + 32, 104, 105 + 32]
     assert sc.engine_config().max_num_seqs == 32
 
 
