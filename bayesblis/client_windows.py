@@ -46,10 +46,11 @@ from bayesblis.model.priors import BETA_PRIORS
 FIT_ON_RECORDED_COUNTS = True
 """Windows use the client's output counts (those with a decode time 1.5x too long per
 recorded token re-estimated, their decode windows dropped), not the `max_tokens` an
-ignore_eos run generated, which replays use. With the generated counts the held-out-by-
-experiment E2E error fell from 2.2 to 1.4% (model version 7 data, 2026-11-26), but the
-quick-tour fit failed its diagnostics on seed 1 (r_hat 1.24, 43 divergences at 1,000
-draws): kept off until that is understood (docs/new-models.md)."""
+ignore_eos run generated, which replays use. Fitted on the generated counts (model version
+7, 2026-11-26) the held-out-by-experiment E2E error fell from 2.2 to 1.4%, but held out by
+model it rose from 2.9 to 4.5% and the quick-tour fit failed its diagnostics on seed 1
+(r_hat 1.24, 43 divergences at 1,000 draws): kept off until that is understood
+(docs/new-models.md)."""
 
 RESIDUAL_STEP_FRACTION = 0.5
 """Expected share of the in-flight step a new request waits for before it is scheduled."""
