@@ -76,8 +76,9 @@ def test_load_discrepancy_reads_the_packaged_file_and_validate_reports(tmp_path)
     packaged = load_discrepancy()
     assert packaged.holdout == "experiment" and "H100" in packaged.source
     assert set(packaged.sd) == set(METRICS.values())     # every metric validation scores
-    # 0 where the posterior already covers the errors (the p90s since 2026-11-25)
-    assert all(0 <= sd < 0.5 for sd in packaged.sd.values()) and packaged.sd["e2e_mean_s"] > 0
+    # 0 where the posterior already covers the errors (E2E, ITL and the p90s in the reports
+    # of 2026-11-26); the TTFT mean's arrival-phase scatter is wider than the posterior's
+    assert all(0 <= sd < 0.5 for sd in packaged.sd.values()) and packaged.sd["ttft_mean_s"] > 0
     assert load_discrepancy(CATALOG_FILE) == packaged
     assert packaged.for_metric("throughput_tokens_per_s") == 0.0      # not calibrated
     # the spread scale of configurations never fitted, measured held out by model
