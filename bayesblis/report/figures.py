@@ -204,28 +204,48 @@ def _level_effects(post, name: str, dim: str):
             yield column, cols, effects
 
 
-def pooled_draws(post, name: str, dim: str, configs) -> np.ndarray:
-    """[S, config, feature]: exp(mu + the configuration's level effects), i.e. what the
-    hierarchy predicts for the configuration without its own configuration effect."""
+def coefficient_floors(posterior, name: str, dim: str) -> np.ndarray:
+    """Floors [feature] of one coefficient group (``coef = floor + exp(theta)``,
+    model/priors.py); zeros when the file records no priors."""
+    from bayesblis.model.priors import floors
+
+    features = [str(f) for f in posterior.idata.posterior[dim].values]
+    section = (getattr(posterior, "priors", None) or {}).get(name) or {}
+    return floors(section, features)
+
+
+def _tied(name: str, coef: np.ndarray, features) -> np.ndarray:
+    """Beta draws with tied coefficients equal to their source (`TIED_BETA`), as every
+    configuration's and `coefficients._population_draws` are."""
+    from bayesblis.model.priors import tie_columns
+
+    return tie_columns(coef, [str(f) for f in features]) if name == "beta" else coef
+
+
+def pooled_draws(post, name: str, dim: str, configs, floor=0.0) -> np.ndarray:
+    """[S, config, feature]: floor + exp(mu + the configuration's level effects), i.e. what
+    the hierarchy predicts for the configuration without its own configuration effect."""
     mu = _flat(post[f"{name}_mu"]).values  # [S, K]
     theta = np.repeat(mu[:, None, :], len(configs), axis=1)
     for column, cols, effects in _level_effects(post, name, dim):
         for c, value in enumerate(configs[column].astype(str)):
             if value in effects:
                 theta[:, c, cols] += effects[value]
-    return np.exp(theta)
+    return _tied(name, floor + np.exp(theta), post[dim].values)
 
 
-def level_draws(post, name: str, dim: str) -> dict:
-    """{(level column, value): [S, feature] draws of exp(mu + that level's effect)}: the
-    pooled coefficient of one level with the other levels at their (zero) mean."""
+def level_draws(post, name: str, dim: str, floor=0.0) -> dict:
+    """{(level column, value): [S, feature] draws of floor + exp(mu + that level's effect)}:
+    the pooled coefficient of one level with the other levels at their (zero) mean, on the
+    coefficient's own scale (`floor`: `coefficient_floors`; tied beta columns tied)."""
     mu = _flat(post[f"{name}_mu"]).values
-    out = {("population", "all"): np.exp(mu)}
+    features = post[dim].values
+    out = {("population", "all"): _tied(name, floor + np.exp(mu), features)}
     for column, cols, effects in _level_effects(post, name, dim):
         for value, effect in effects.items():
             theta = mu.copy()
             theta[:, cols] += effect
-            out[(column, value)] = np.exp(theta)
+            out[(column, value)] = _tied(name, floor + np.exp(theta), features)
     return out
 
 
@@ -239,17 +259,29 @@ def _log_axis(ax):
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
+def _log_x(ax):
+    """Log x axis with plain tick labels (1, 2, 5 x 10^k written as numbers)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def fig_shrinkage(posterior, prob: float = CI_PROB, max_cols: int = 4) -> Figure:
     """Per coefficient: each configuration's posterior mean and `prob` interval (its own
     data plus pooling) next to the pooled prediction for its levels without its own effect
-    (exp(mu + level effects)); the dashed line is the population value exp(mu)."""
+    (floor + exp(mu + level effects)); the dashed line is the population value
+    floor + exp(mu); floored coefficients (model/priors.py) on their own scale."""
     post = posterior.idata.posterior
     configs = posterior.configs
     panels = []
     for name, dim in (("beta", DIM_FEATURE), ("alpha", DIM_ALPHA_FEATURE)):
         own = _flat(post[name]).transpose("sample", DIM_CONFIG, dim).values
-        pooled = pooled_draws(post, name, dim, configs)
-        pop = np.exp(_flat(post[f"{name}_mu"]).values)
+        floor = coefficient_floors(posterior, name, dim)
+        pooled = pooled_draws(post, name, dim, configs, floor)
+        pop = level_draws(post, name, dim, floor)[("population", "all")]
         for j, feat in enumerate(str(f) for f in post[dim].values):
             panels.append((feat, own[:, :, j], pooled[:, :, j], pop[:, j]))
     n_cols = min(max_cols, len(panels))
@@ -265,7 +297,7 @@ def fig_shrinkage(posterior, prob: float = CI_PROB, max_cols: int = 4) -> Figure
             lo, hi = np.quantile(vals, q, axis=0)
             ax.errorbar(x + dx, mean, yerr=[mean - lo, hi - mean], fmt="o", ms=3.5,
                         color=color, capsize=2, lw=1, label=label)
-        ax.axhline(float(np.mean(pop)), color="0.4", ls="--", lw=0.9, label="population exp(mu)")
+        ax.axhline(float(np.mean(pop)), color="0.4", ls="--", lw=0.9, label="population")
         _log_axis(ax)
         ax.set_title(feat, fontsize=8)
         ax.set_xticks(x)
@@ -310,7 +342,7 @@ def fig_plan(plan: dict) -> Figure:
         if cap is not None:
             ax.axvline(cap, color="C3", lw=1, ls="--", label=f"capacity {cap:.3g}/s")
         if rates and min(rates) > 0 and max(rates) / min(rates) > 8:
-            ax.set_xscale("log")
+            _log_x(ax)
         ax.set_ylim(-0.03, 1.03)
         ax.set_title(f"{opt.get('label', '?')} ({opt.get('gpus', '?')} GPUs)", fontsize=8)
         ax.set_xlabel("arrival rate [req/s]", fontsize=8)
@@ -318,5 +350,63 @@ def fig_plan(plan: dict) -> Figure:
         ax.legend(fontsize=6, loc="center left")
     for ax in axes[len(options):]:
         ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+LATENCY_KINDS = (("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "E2E"))
+"""(metric prefix, label) of the latency panels of `fig_latency`."""
+
+
+def latency_metrics(plan: dict) -> list[tuple[str, str, float | None]]:
+    """(RESULT metric, label, SLO threshold or None) per latency kind the plan holds: the
+    SLO's own metric where one is set on that kind, else the kind's mean."""
+    slos = {}
+    for s in plan.get("slos") or []:
+        metric = s.get("result_metric") or f"{s.get('metric')}_s"
+        slos.setdefault(str(metric).split("_")[0], (metric, s.get("threshold_s")))
+    present = {m for opt in plan.get("options") or [] for e in opt.get("evaluations") or []
+               for m in (e.get("metrics") or {})}
+    out = []
+    for kind, label in LATENCY_KINDS:
+        metric, threshold = slos.get(kind, (f"{kind}_mean_s", None))
+        if metric in present:
+            out.append((metric, label, threshold))
+    return out
+
+
+def fig_latency(plan: dict, ci_prob: float = CI_PROB) -> Figure:
+    """Per latency kind (TTFT, ITL, E2E): each option's predicted median and interval
+    against the arrival rate, the SLO threshold as a horizontal line, capacity marked."""
+    metrics = latency_metrics(plan)
+    options = plan.get("options") or []
+    n = max(1, len(metrics))
+    fig = Figure(figsize=(3.7 * n, 2.9))
+    axes = np.atleast_1d(fig.subplots(1, n, squeeze=False)).ravel()
+    for ax, (metric, label, threshold) in zip(axes, metrics):
+        for i, opt in enumerate(options):
+            evals = sorted(opt.get("evaluations") or [], key=lambda e: e.get("rate_per_s", 0))
+            rows = [(e["rate_per_s"], (e.get("metrics") or {}).get(metric) or {}) for e in evals]
+            rates = np.array([r for r, _ in rows], float)
+            get = lambda k: np.array([np.nan if v.get(k) is None else v[k] for _, v in rows], float)
+            med, lo, hi = get("median"), get("lo"), get("hi")
+            ax.fill_between(rates, lo, hi, color=f"C{i}", alpha=0.18, lw=0)
+            ax.plot(rates, med, "o-", color=f"C{i}", ms=3.5, label=str(opt.get("label", "?")))
+            cap = opt.get("capacity_rate_per_s")
+            if cap is not None:
+                ax.axvline(cap, color=f"C{i}", lw=0.9, ls="--")
+        if threshold is not None:
+            ax.axhline(threshold, color="C3", lw=1.4, label=f"SLO {threshold:g} s")
+        _log_axis(ax)
+        ax.set_title(f"{label} ({metric})", fontsize=8)
+        ax.set_xlabel("arrival rate [req/s]", fontsize=8)
+        ax.set_ylabel("seconds", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6, loc="upper left")
+    if not metrics:
+        axes[0].text(0.5, 0.5, "no latency metrics in the plan", ha="center", va="center")
+        axes[0].set_axis_off()
+    fig.suptitle(f"Predicted latency: median over draws, shaded {ci_prob:.0%} interval; "
+                 "dashed: capacity", fontsize=9)
     fig.tight_layout()
     return fig

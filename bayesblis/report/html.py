@@ -1,8 +1,9 @@
 """One self-contained HTML report of a posterior (`bayesblis report`).
 
-Sections (ids in `SECTIONS`): data summary, diagnostics, coefficients (per configuration
-and per pooled level), shrinkage, posterior-predictive checks and, when a PLAN.json is
-given, the capacity plan. Figures are PNG images inlined as base64 ``data:`` URIs and the
+Sections (ids in `SECTIONS`), the answer first: capacity and predicted latency (when a
+PLAN.json is given), whether to trust it (diagnostics verdict, PPC summary, held-out
+accuracy), the data, the coefficients on their own scale (per configuration and per pooled
+level), shrinkage and the posterior-predictive checks in full. Figures are PNG images inlined as base64 ``data:`` URIs and the
 style sheet is inline: the file needs no network and no other file to be viewed, and it
 holds no script. Layout: data_specs/report.md.
 """
@@ -20,9 +21,9 @@ import numpy as np
 from bayesblis.constants import CI_PROB, DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEATURE
 from bayesblis.errors import InputError
 
-SECTIONS = (("data", "Data summary"), ("diagnostics", "Diagnostics"),
-            ("coefficients", "Coefficients"), ("shrinkage", "Shrinkage"),
-            ("ppc", "Posterior-predictive checks"), ("plan", "Capacity plan"))
+SECTIONS = (("plan", "Capacity and latency"), ("diagnostics", "Can it be trusted"),
+            ("data", "Data summary"), ("coefficients", "Coefficients"),
+            ("shrinkage", "Shrinkage"), ("ppc", "Posterior-predictive checks"))
 """(id, heading) of every section, in order; `plan` only when a plan is given."""
 
 CSS = """
@@ -37,7 +38,7 @@ th{background:#f1f4f7}td.l,th.l{text-align:left}
 .scroll{overflow-x:auto}.pass{color:#1a7f37;font-weight:600}.fail{color:#c62828;font-weight:600}
 tr.flag td{background:#fdecec}figure{margin:.8em 0}figure img{max-width:100%;height:auto;
 border:1px solid #e3e8ed}figcaption{font-size:.85em;color:#58636e}
-.note{background:#fff8e1;border-left:4px solid #f2b600;padding:.4em .8em;font-size:.9em}
+.answer{font-size:1.05em}.note{background:#fff8e1;border-left:4px solid #f2b600;padding:.4em .8em;font-size:.9em}
 """
 
 
@@ -119,11 +120,31 @@ def read_plan(path) -> dict:
     return plan
 
 
+NO_PLAN = ("No capacity plan was given. <code>bayesblis plan SCENARIO --posterior "
+           "POSTERIOR.nc --slo ... --options ...</code> finds each option's capacity under the "
+           "SLOs; <code>bayesblis report POSTERIOR.nc --plan PLAN.json</code> opens with it.")
+"""The note a report without a plan opens with: the commands that give one."""
+
+
 def plan_section(plan: dict) -> str:
+    """Capacity per option and the predicted latencies, as figures first, then tables."""
     from bayesblis.plan import extrapolated_options, never_fitted_options
-    from bayesblis.report.figures import fig_plan
+    from bayesblis.report.figures import fig_latency, fig_plan
 
     parts = []
+    caps = [f"<b>{_e(o.get('label', '?'))}</b> {_fmt(o.get('capacity_rate_per_s'), 3)} req/s"
+            for o in plan["options"]]
+    parts.append('<p class="answer">Capacity: ' + "; ".join(caps) + "."
+                 + (f" Most tokens/s per GPU: <b>{_e(plan['best_option'])}</b>."
+                    if plan.get("best_option") else "") + "</p>")
+    if any(opt.get("evaluations") for opt in plan["options"]):
+        parts.append(_figure(fig_plan(plan), "Probability that the SLOs hold vs arrival rate, "
+                             "per option (solid: all SLOs; dotted: each SLO; black dash-dot: "
+                             "P(saturated), the share of draws whose queue keeps growing; "
+                             "grey: the required probability; dashed: capacity).", "plan"))
+        parts.append(_figure(fig_latency(plan), "Predicted TTFT, ITL and E2E per option against "
+                             "the arrival rate: median over posterior draws and its interval; "
+                             "red: the SLO threshold.", "latency"))
     slos = plan.get("slos") or []
     if slos:
         text = ", ".join(f"{s.get('metric', s.get('name', '?'))} {s.get('op', '<=')} "
@@ -156,13 +177,7 @@ def plan_section(plan: dict) -> str:
     parts.append(_table(["option", "GPUs", "capacity [req/s]", "per GPU [req/s]",
                          "tokens/s per GPU", "P at capacity", "P saturated at capacity",
                          "rates evaluated", "status"], rows))
-    if plan.get("best_option"):
-        parts.append(f"<p>Most tokens/s per GPU: <b>{_e(plan['best_option'])}</b>.</p>")
     if any(opt.get("evaluations") for opt in plan["options"]):
-        parts.append(_figure(fig_plan(plan), "Probability that the SLOs hold vs arrival rate, "
-                             "per option (solid: all SLOs; dotted: each SLO; black dash-dot: "
-                             "P(saturated), the share of draws whose queue keeps growing; "
-                             "dashed: capacity).", "plan"))
         parts.append(_curve_tables(plan))
     return "".join(parts)
 
@@ -235,7 +250,36 @@ def data_section(posterior) -> str:
     return _section("data", "".join(parts))
 
 
-def diagnostics_section(posterior) -> str:
+def _trust_summary(doc, plan) -> str:
+    """PPC summary and held-out accuracy lines of the trust section."""
+    parts = []
+    if doc is None:
+        parts.append("<p>Posterior-predictive check: not available (see below).</p>")
+    else:
+        rows = doc.get("rows") or []
+        cov = [r["coverage_90"] for r in rows if r.get("coverage_90") is not None]
+        flagged = doc.get("flagged_configs") or []
+        parts.append("<p>Posterior-predictive check: "
+                     + (f'<span class="fail">poor fit flagged for {_e(", ".join(flagged))}</span>'
+                        if flagged else '<span class="pass">no configuration flagged</span>')
+                     + f" ({len(rows)} configuration &times; kind rows"
+                     + (f", 90% interval coverage {_fmt(min(cov), 3)} to {_fmt(max(cov), 3)}"
+                        if cov else "") + '; details in <a href="#ppc">the checks</a>).</p>')
+    disc = ((plan or {}).get("metadata") or {}).get("discrepancy")
+    if disc:
+        parts.append(f"<p>Held-out accuracy: the plan's intervals include the simulator "
+                     f"discrepancy measured held out by {_e(disc.get('holdout', '?'))} "
+                     f"({_e(disc.get('source', ''))}).</p>")
+    else:
+        parts.append('<p class="meta">Held-out accuracy is not recorded here: <code>bayesblis '
+                     "validate</code> measures it, and <code>bayesblis plan</code> applies the "
+                     "packaged simulator discrepancy built from it.</p>")
+    return "".join(parts)
+
+
+def diagnostics_section(posterior, doc=None, plan=None) -> str:
+    """Whether to trust the answer: the sampler diagnostics verdict and table, the PPC
+    summary (`doc`: a CHECK document) and held-out accuracy when the plan records it."""
     from bayesblis.model.diagnostics import THRESHOLDS, diagnose
 
     diag = (posterior.fit_info or {}).get("diagnostics")
@@ -250,9 +294,10 @@ def diagnostics_section(posterior) -> str:
               None: "n/a"}[passed]
     parts = [f"<p>Sampler diagnostics ({_e(diag.get('method', '?'))}, {_fmt(diag.get('chains'))} "
              f"chains &times; {_fmt(diag.get('draws'))} draws): {status}</p>"]
+    trust = _trust_summary(doc, plan)
     if passed is None:
         parts.append(f"<p class=\"note\">{_e(diag.get('note', ''))}</p>")
-        return _section("diagnostics", "".join(parts))
+        return _section("diagnostics", "".join(parts) + trust)
     chains = diag.get("chains") or 1
     rows = [["r_hat max", _fmt(diag.get("r_hat_max")), f"&le; {THRESHOLDS['r_hat_max']}"],
             ["bulk ESS min", _fmt(diag.get("ess_bulk_min"), 3),
@@ -264,7 +309,7 @@ def diagnostics_section(posterior) -> str:
     parts.append(_table(["measure", "value", "threshold"], rows))
     if diag.get("problems"):
         parts.append("<ul>" + "".join(f"<li>{_e(p)}</li>" for p in diag["problems"]) + "</ul>")
-    return _section("diagnostics", "".join(parts))
+    return _section("diagnostics", "".join(parts) + trust)
 
 
 def _cell(draws, prob) -> str:
@@ -273,32 +318,36 @@ def _cell(draws, prob) -> str:
 
 
 def coefficients_section(posterior, prob: float = CI_PROB) -> str:
-    from bayesblis.report.figures import _flat, level_draws
+    from bayesblis.report.figures import _flat, coefficient_floors, level_draws
 
     post = posterior.idata.posterior
     configs = list(posterior.configs["config"].astype(str))
     parts = [f"<p>Posterior mean and {prob:.0%} equal-tailed interval of every coefficient "
              "(beta multiplies features in seconds; alpha the request-level features). "
-             "Columns are the configuration numbers of the data table; the population column "
-             "is exp(mu).</p>"]
+             "Columns are the configuration numbers of the data table. Every value is on the "
+             "coefficient's own scale: a floored coefficient (floor &gt; 0, the datasheet "
+             "limit) is floor + exp(theta), so the population column is floor + exp(mu), "
+             "comparable with the configurations.</p>"]
     for name, dim, title in (("beta", DIM_FEATURE, "Beta (step time)"),
                              ("alpha", DIM_ALPHA_FEATURE, "Alpha (request-level delays)")):
         own = _flat(post[name]).transpose("sample", DIM_CONFIG, dim).values
-        levels = level_draws(post, name, dim)
+        floor = coefficient_floors(posterior, name, dim)
+        levels = level_draws(post, name, dim, floor)
         features = [str(f) for f in post[dim].values]
         rows = []
         for j, feat in enumerate(features):
-            rows.append([_e(feat)] + [_cell(own[:, c, j], prob) for c in range(len(configs))]
+            rows.append([_e(feat), _fmt(floor[j]) if floor[j] > 0 else "-"]
+                        + [_cell(own[:, c, j], prob) for c in range(len(configs))]
                         + [_cell(levels[("population", "all")][:, j], prob)])
         parts.append(f"<h3>{_e(title)} per configuration</h3>")
-        parts.append(_table(["coefficient"] + [str(i + 1) for i in range(len(configs))]
+        parts.append(_table(["coefficient", "floor"] + [str(i + 1) for i in range(len(configs))]
                             + ["population"], rows))
         level_keys = [k for k in levels if k[0] != "population"]
         if level_keys:
             rows = [[_e(feat)] + [_cell(levels[k][:, j], prob) for k in level_keys]
                     for j, feat in enumerate(features)]
-            parts.append(f"<h3>{_e(title)} per pooled level</h3><p class=\"meta\">exp(mu + the "
-                         "level's effect), other levels at their mean.</p>")
+            parts.append(f"<h3>{_e(title)} per pooled level</h3><p class=\"meta\">floor + exp(mu "
+                         "+ the level's effect), other levels at their mean.</p>")
             parts.append(_table(["coefficient"] + [f"{_e(c)}=<br>{_e(v)}" for c, v in level_keys],
                                 rows))
     return _section("coefficients", "".join(parts))
@@ -310,7 +359,8 @@ def shrinkage_section(posterior, prob: float = CI_PROB) -> str:
     return _section("shrinkage", _figure(
         fig_shrinkage(posterior, prob),
         "Per-configuration posterior (blue) vs the pooled prediction from its levels alone "
-        "(orange, exp(mu + level effects)); dashed: population exp(mu). A configuration far "
+        "(orange, floor + exp(mu + level effects)); dashed: population floor + exp(mu). A "
+        "configuration far "
         "from its pooled value is one its own data pull away from the hierarchy.", "shrinkage"))
 
 
@@ -388,16 +438,27 @@ def build_report(posterior, *, plan: dict | None = None, n_draws: int = 200, see
 
     if not hasattr(posterior, "idata"):
         posterior = load_posterior(posterior)
+    from bayesblis.ppc import CheckError, check_posterior
+
+    if check is None:
+        try:
+            check = check_posterior(posterior, n_draws=n_draws, seed=seed, loo=loo,
+                                    dataset=dataset, max_obs_per_config=max_obs_per_config,
+                                    return_draws=True)
+        except CheckError:
+            check = None
     ppc_html, draws = ppc_section(posterior, n_draws=n_draws, seed=seed, loo=loo, dataset=dataset,
                                   max_obs_per_config=max_obs_per_config, check=check)
     if posterior.data is None and draws is not None:  # observations rebuilt from a dataset
         posterior = copy.copy(posterior)
         posterior.data = draws.data
-    sections = [data_section(posterior), diagnostics_section(posterior),
-                coefficients_section(posterior, prob), shrinkage_section(posterior, prob), ppc_html]
-    if plan is not None:
-        sections.append(_section("plan", plan_section(plan)))
+    doc = check[0] if check is not None else None
+    sections = [] if plan is None else [_section("plan", plan_section(plan))]
+    sections += [diagnostics_section(posterior, doc, plan), data_section(posterior),
+                 coefficients_section(posterior, prob), shrinkage_section(posterior, prob),
+                 ppc_html]
     shown = [(sid, h) for sid, h in SECTIONS if sid != "plan" or plan is not None]
+    lead = "" if plan is not None else f'<p class="note">{NO_PLAN}</p>'
     nav = "".join(f'<a href="#{sid}">{_e(h)}</a>' for sid, h in shown)
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     title = f"bayesblis report: {Path(posterior.path).name if posterior.path else 'posterior'}"
@@ -406,7 +467,7 @@ def build_report(posterior, *, plan: dict | None = None, n_draws: int = 200, see
             f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
             f"<h1>{_e(title)}</h1><p class=\"meta\">posterior {_e(posterior.path)} &middot; "
             f"bayesblis {_e(__version__)} &middot; {_e(created)}</p><nav>{nav}</nav>"
-            + "".join(sections) + "</body></html>\n")
+            + lead + "".join(sections) + "</body></html>\n")
 
 
 def write_report(posterior, out, *, plan_path=None, **kwargs) -> Path:

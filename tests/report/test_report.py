@@ -43,11 +43,44 @@ def test_report_has_every_section_and_no_network_reference(report_path, posterio
     # one PPC figure per configuration plus shrinkage, coverage, Pareto k and plan
     n_cfg = len(posterior.configs)
     assert text.count('data-figure="ppc-') == n_cfg
-    for name in ("shrinkage", "coverage", "pareto-k", "load-response", "plan"):
+    for name in ("shrinkage", "coverage", "pareto-k", "load-response", "plan", "latency"):
         assert f'data-figure="{name}"' in text
     for cfg in posterior.configs["config"]:
         assert cfg in text
     assert "tp=2" in text and "ttft_p90" in text  # the plan's options and SLOs
+    # the answer first: capacity, then latency, then trust, then the coefficients
+    order = [text.index(m) for m in ('data-figure="plan"', 'data-figure="latency"',
+                                     'id="diagnostics"', 'id="coefficients"')]
+    assert order == sorted(order)
+
+
+def test_report_without_plan_says_how_to_get_one(posterior, checked):
+    from bayesblis.report.html import NO_PLAN, build_report
+
+    text = build_report(posterior, check=checked)
+    assert '<section id="plan">' not in text and NO_PLAN in text
+    assert text.index(NO_PLAN) < text.index('<section id="diagnostics">')
+    assert "Posterior-predictive check:" in text
+
+
+def test_population_of_floored_coefficients_is_on_their_own_scale(posterior):
+    """floor + exp(mu), like the configurations' floor + exp(theta), never below the floor."""
+    import numpy as np
+
+    from bayesblis.constants import DIM_FEATURE
+    from bayesblis.report.figures import coefficient_floors, level_draws
+
+    post = posterior.idata.posterior
+    floor = coefficient_floors(posterior, "beta", DIM_FEATURE)
+    assert floor.max() >= 1.0  # the compute coefficients are floored at the datasheet peak
+    pop = level_draws(post, "beta", DIM_FEATURE, floor)[("population", "all")]
+    raw = level_draws(post, "beta", DIM_FEATURE)[("population", "all")]
+    np.testing.assert_allclose(pop, floor + raw)
+    assert (pop[:, floor > 0] > floor[floor > 0]).all()
+    features = [str(f) for f in post[DIM_FEATURE].values]
+    if "decode_compute_s" in features:  # tied to prefill compute, as per configuration
+        np.testing.assert_array_equal(pop[:, features.index("decode_compute_s")],
+                                      pop[:, features.index("prefill_compute_s")])
 
 
 def test_diagnostics_section_shows_thresholds_and_verdict(posterior):
@@ -61,7 +94,7 @@ def test_diagnostics_section_shows_thresholds_and_verdict(posterior):
     other = copy.copy(posterior)
     other.fit_info = {**posterior.fit_info, "diagnostics": diag}
     text = diagnostics_section(other)
-    assert text.startswith('<section id="diagnostics"><h2>Diagnostics</h2>')
+    assert text.startswith('<section id="diagnostics"><h2>Can it be trusted</h2>')
     assert '<span class="fail">FAIL</span>' in text and "2 chains &times; 50 draws" in text
     rows = re.findall(r'<tr><td class="l">([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td></tr>', text)
     assert rows == [("r_hat max", "1.234", "&le; 1.01"), ("bulk ESS min", "31", "&ge; 200"),
@@ -153,6 +186,9 @@ def test_report_renders_in_headless_chromium(report_path, posterior, tmp_path):
                 "done: e.complete, box: e.getBoundingClientRect().width}))")
             svgs = page.eval_on_selector_all(
                 "figure svg", "els => els.map(e => e.getBoundingClientRect().width)")
+            first_screen = page.evaluate(
+                "() => Object.fromEntries(['plan', 'latency'].map(n => [n, document.querySelector("
+                "`figure[data-figure=${n}] img`).getBoundingClientRect().bottom]))")
             shot = tmp_path / "report.png"
             page.screenshot(path=str(shot))
         finally:
@@ -161,7 +197,10 @@ def test_report_renders_in_headless_chromium(report_path, posterior, tmp_path):
     # only the file itself and its data: images are requested
     assert all(u.startswith(("file://", "data:")) for u in requests), requests
     assert headings == [h for _, h in SECTIONS]
-    assert len(images) == len(posterior.configs) + 5  # + shrinkage, coverage, Pareto k, load response, plan
+    # + shrinkage, coverage, Pareto k, load response, plan, latency
+    assert len(images) == len(posterior.configs) + 6
+    # the first screen (1280 x 1000) holds the capacity figure and the latency predictions
+    assert 0 < first_screen["plan"] <= 1000 and 0 < first_screen["latency"] <= 1000, first_screen
     for img in images:
         assert img["done"] and img["w"] > 0 and img["h"] > 0 and img["box"] > 0, img
     assert all(w > 0 for w in svgs)
