@@ -271,8 +271,8 @@ class RequestStream:
     Request ``i`` has token counts and prefix group drawn from block ``i // block`` of a
     generator seeded by ``(seed, block index)`` (inference-perf ``shared_prefix`` data:
     prompt ``i mod P`` of its `PromptSet`), and a unit-rate arrival clock ``u_i``
-    (constant: ``u_i = i``; every other process: cumulative Exp(1) gaps). `workload(rate, duration_s)`
-    returns requests ``u_i / rate < duration_s`` arriving at ``u_i / rate``: the same
+    (constant: ``u_i = i``; every other process: cumulative Exp(1) gaps).
+    `workload(rate, duration_s)` returns requests ``u_i / rate < duration_s`` arriving at ``u_i / rate``: the same
     requests at every rate, only compressed in time.
 
     Mix: a synthetic scenario's token specs and prefix groups (``workload.prompt_tokens``,
@@ -692,12 +692,10 @@ def traffic_description(scenario, search) -> dict:
     (`workload_summary` of the stream at the search's first rate: token counts and cache
     hits are the same at every rate, only the arrivals are compressed)."""
     stream = RequestStream(scenario, seed=search.seed)
-    rate = float(search.start_rate)
-    block = scenario.vllm.get("block_size") or 16
+    sent = stream.workload(float(search.start_rate), float(search.duration_s))
     return {"duration_s": float(search.duration_s), "arrival": stream.arrival,
             "common_random_numbers": True,
-            "workload": workload_summary(stream.workload(rate, float(search.duration_s)),
-                                         int(block))}
+            "workload": workload_summary(sent, int(scenario.vllm["block_size"]))}
 
 
 def never_fitted_options(plan: dict) -> list[str]:

@@ -303,6 +303,20 @@ def server_settings(header: dict, path=None) -> dict:
 
 
 # ---------------------------------------------------------------------- client-side view
+def shared_prefix_tokens(rows: pd.DataFrame) -> np.ndarray:
+    """Each trace row's shared prefix: `prefix_length` for rows of a prefix group, else 0."""
+    return np.where(rows["prefix_group"].astype(str).to_numpy() != "",
+                    rows["prefix_length"].to_numpy(np.int64), 0)
+
+
+def prompt_tokens(rows: pd.DataFrame) -> np.ndarray:
+    """Each trace row's whole prompt: `server_input_tokens` when recorded, else
+    `input_tokens` (which excludes the shared prefix) + its shared prefix."""
+    server_in = rows["server_input_tokens"].to_numpy(np.int64)
+    return np.where(server_in > 0, server_in,
+                    rows["input_tokens"].to_numpy(np.int64) + shared_prefix_tokens(rows))
+
+
 CLIENT_COLUMNS = ["request_index", "arrival_s", "prompt_tokens", "output_tokens", "prefix_group",
                   "has_error", "e2e_s", "ttft_s", "stage", "prefix_tokens"]
 """The client-side request table of a trace (`client_requests`): the columns of an
@@ -339,10 +353,8 @@ def client_requests(requests: pd.DataFrame, header: dict, path=None) -> pd.DataF
         start_us = np.where(has_send, send_us - origin, arrival_us)
     else:
         start_us = np.where(has_send, send_us, arrival_us)
-    prefix = np.where(req["prefix_group"].astype(str).to_numpy() != "",
-                      req["prefix_length"].to_numpy(np.int64), 0)
-    server_in = req["server_input_tokens"].to_numpy(np.int64)
-    prompt = np.where(server_in > 0, server_in, req["input_tokens"].to_numpy(np.int64) + prefix)
+    prefix = shared_prefix_tokens(req)
+    prompt = prompt_tokens(req)
     ok = (req["status"].astype(str) == "ok").to_numpy()
     stage = np.zeros(len(req), np.int64)
     if "stage" in req.columns:

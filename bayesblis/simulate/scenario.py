@@ -186,8 +186,8 @@ class Scenario:
         Settings from exp-config.yaml (+ kv_blocks_total_gpu / block_size of
         requests.json `config`); load from profile.yaml: its stages with inference-perf's
         load timer, its `shared_prefix` data as inference-perf sends it
-        (`profile_shared_prefix`, `workload.PromptSet`). With `replay`, the recorded arrivals and token counts are used instead;
-        requests with has_error are simulated (with the profile's prompt/output lengths
+        (`profile_shared_prefix`, `workload.PromptSet`). With `replay`, the recorded
+        arrivals and token counts are used instead; requests with has_error are simulated (with the profile's prompt/output lengths
         when their recorded counts are 0) and excluded from latency metrics. Recorded
         prefix groups are empty in the published runs, so replayed requests are assigned
         to the profile's system-prompt groups at random (seeded).
@@ -514,20 +514,18 @@ def _repeated_prompt_ids(requests) -> np.ndarray | None:
 def _scenario_from_trace_v2(tr, header, hardware) -> Scenario:
     """Build a replay Scenario from a read `TraceV2` (header `server` block + rows).
 
-    Arrivals: `arrival_time_s` shifted to start at 0; prompt: `server_input_tokens` when
-    recorded, else `input_tokens` (which excludes the shared prefix) + `prefix_length`;
-    `output_tokens` (0 -> 1); prefix groups from `prefix_group` with `prefix_length` tokens; rows with a status other than 'ok' are simulated but excluded from metrics.
+    Arrivals: `arrival_time_s` shifted to start at 0; prompt: `io.tracev2.prompt_tokens`;
+    `output_tokens` (0 -> 1); prefix groups from `prefix_group` with `prefix_length` tokens;
+    rows with a status other than 'ok' are simulated but excluded from metrics.
     """
+    from bayesblis.io.tracev2 import prompt_tokens
+
     req = tr.requests.sort_values("arrival_time_s", kind="stable")
     arrival = req["arrival_time_s"].to_numpy(float)
     arrival = arrival - arrival.min()
     pg = req["prefix_group"].astype(str).to_numpy()
-    ptok = req["prefix_length"].to_numpy(np.int64) if "prefix_length" in req else np.zeros(len(req), np.int64)
-    # input_tokens excludes the shared prefix; server_input_tokens (when recorded) is the prompt
-    server_in = (req["server_input_tokens"].to_numpy(np.int64) if "server_input_tokens" in req
-                 else np.zeros(len(req), np.int64))
-    whole = req["input_tokens"].to_numpy(np.int64) + np.where(pg != "", ptok, 0)
-    prompt = np.maximum(np.where(server_in > 0, server_in, whole), 1)
+    ptok = req["prefix_length"].to_numpy(np.int64)
+    prompt = np.maximum(prompt_tokens(req), 1)
     output = np.maximum(req["output_tokens"].to_numpy(np.int64), 1)
     _, group = np.unique(pg, return_inverse=True)
     group = group.astype(np.int64)

@@ -251,7 +251,6 @@ class PromptSet:
 
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
-    system_group: np.ndarray
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)
@@ -271,9 +270,8 @@ class PromptSet:
         mean = inflation * nominal
         jitter = rng.normal(0.0, PROMPT_JITTER_PER_SQRT_TOKEN * np.sqrt(max(mean, 1.0)), n)
         prompt = np.maximum(np.rint(mean + jitter), 1).astype(np.int64)
-        order = rng.permutation(n)
-        return cls(prompt[order], np.full(n, max(1, int(sp["output_len"]) + extra), np.int64),
-                   (np.arange(n) // per_group)[order].astype(np.int64))
+        return cls(prompt[rng.permutation(n)],
+                   np.full(n, max(1, int(sp["output_len"]) + extra), np.int64))
 
     def columns(self, index) -> dict:
         """Token counts and prefix columns of the requests sent at positions `index`."""
