@@ -168,7 +168,7 @@ def slot_mapping(deployment, beta, alpha_us) -> tuple[list, list]:
     b = dict(zip(BETA_FEATURES, np.asarray(beta, float)))
     a = dict(zip(ALPHA_FEATURES, np.asarray(alpha_us, float)))
     return (to_blis_alpha(a),
-            to_blis_beta(b, tp=deployment.tp, weight_stream_factor=deployment.weight_stream_factor))
+            to_blis_beta(b, tp=deployment.tp, factors=deployment.feature_factors))
 
 
 def write_trained_physics_files(out, deployment, beta, alpha, *, context=None,

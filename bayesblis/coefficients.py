@@ -46,7 +46,7 @@ class CoefficientDraws:
     noise_nu: np.ndarray      # [draws] Student-t degrees of freedom
     unseen_levels: dict = field(default_factory=dict)  # level -> value never fitted
     seen_config: bool = True
-    weight_stream_factor: float = 1.0  # the deployment's (features.physics.Deployment)
+    feature_factors: dict = field(default_factory=dict)  # the deployment's kernel-priced factors (Deployment.feature_factors)
     fitted_load: float | None = None  # requests in flight its windows held (discrepancy.fitted_load)
 
     @property
@@ -66,7 +66,7 @@ class CoefficientDraws:
                                 self.beta.mean(0, keepdims=True), self.alpha.mean(0, keepdims=True),
                                 np.array([np.mean(self.noise_sigma)]),
                                 np.array([np.median(self.noise_nu)]),
-                                self.unseen_levels, self.seen_config, self.weight_stream_factor,
+                                self.unseen_levels, self.seen_config, self.feature_factors,
                                 self.fitted_load)
 
 
@@ -222,7 +222,7 @@ def deployment_draws(posterior, deployment, **kwargs) -> CoefficientDraws:
     levels = config_row(deployment)
     levels.pop("config")
     draws = coefficient_draws(posterior, **levels, **kwargs)
-    draws.weight_stream_factor = deployment.weight_stream_factor
+    draws.feature_factors = deployment.feature_factors
     return draws
 
 
@@ -334,7 +334,7 @@ class CoefficientsFile:
         return CoefficientDraws(self.config or key, list(BETA_FEATURES), list(ALPHA_FEATURES),
                                 np.asarray(beta, float), np.asarray(alpha, float),
                                 np.asarray(sigma, float), np.asarray(nu, float),
-                                weight_stream_factor=deployment.weight_stream_factor)
+                                feature_factors=deployment.feature_factors)
 
 
 def read_coefficients_file(path) -> CoefficientsFile:
@@ -657,21 +657,23 @@ def _same(a, b, rtol: float = 1e-5) -> bool:
         return False
 
 
-def blis_to_bayesblis(blis: dict, *, weight_stream_factor: float = 1.0) -> tuple[dict, dict]:
+def blis_to_bayesblis(blis: dict, *, factors: dict | None = None) -> tuple[dict, dict]:
     """BLIS trained-physics lists ({"alpha_coeffs": [3], "beta_coeffs": [11]}) mapped onto
     bayesblis's coefficients ({beta name: value}, {alpha name: µs}): the inverse of the
     slot mapping `features.beta.to_blis_beta` / `to_blis_alpha` applies, where one exists.
-    beta3 is divided by `weight_stream_factor`; beta5 becomes the per-layer overhead
-    (tp_sync_s 0: the export folds it into beta5 at its TP); beta1b and beta2b (KV memory,
+    Each coefficient is divided by its kernel-priced factor (`factors`, as
+    `Deployment.feature_factors`: the ones the export multiplied in); beta5 becomes the
+    per-layer overhead (tp_sync_s 0: the export folds it into beta5 at its TP); beta1b and beta2b (KV memory,
     one coefficient here) their mean; beta8 (per MoE layer) and alpha1 (post-decode) have
     no bayesblis slot and are dropped; kv_token_layer_s, alpha_prompt_s and
     alpha_frontend_s are 0 (no BLIS slot), offload_s 1 (the physics estimate)."""
     b, a = blis["beta_coeffs"], blis["alpha_coeffs"]
     beta = {"prefill_compute_s": b[0], "decode_compute_s": b[1],
-            "weight_traffic_s": b[2] / weight_stream_factor, "kv_traffic_s": 0.5 * (b[8] + b[9]),
+            "weight_traffic_s": b[2], "kv_traffic_s": 0.5 * (b[8] + b[9]),
             "kv_token_layer_s": 0.0, "tp_comm_s": b[3], "tp_sync_s": 0.0, "ep_comm_s": b[10],
             "offload_s": 1.0, "layer_overhead_s": b[4], "request_overhead_s": b[5],
             "step_overhead_s": b[6]}
+    beta = {k: v / float((factors or {}).get(k, 1.0)) for k, v in beta.items()}
     alpha = {"alpha_const_s": a[0], "alpha_prompt_s": 0.0, "alpha_output_s": a[2],
              "alpha_frontend_s": 0.0}
     return beta, alpha
@@ -681,7 +683,7 @@ def _from_blis(blis: dict, deployment) -> tuple[np.ndarray, np.ndarray]:
     from bayesblis.features.alpha import ALPHA_FEATURES
     from bayesblis.features.beta import BETA_FEATURES
 
-    beta, alpha = blis_to_bayesblis(blis, weight_stream_factor=deployment.weight_stream_factor)
+    beta, alpha = blis_to_bayesblis(blis, factors=deployment.feature_factors)
     return (np.array([beta[f] for f in BETA_FEATURES], float),
             np.array([alpha[f] for f in ALPHA_FEATURES], float))
 
@@ -721,8 +723,8 @@ def export_record(draws: CoefficientDraws, *, prob: float | None = None, context
         "alpha": summary["alpha"],
         "blis": {"beta_order": list(BLIS_BETA_ORDER),
                  "beta_coeffs": to_blis_beta(mean_beta, tp=tp_of(draws.config),
-                                             weight_stream_factor=draws.weight_stream_factor),
-                 "weight_stream_factor": draws.weight_stream_factor,
+                                             factors=draws.feature_factors),
+                 "feature_factors": draws.feature_factors,
                  "alpha_order": list(BLIS_ALPHA_ORDER), "alpha_coeffs": to_blis_alpha(mean_alpha)},
         **({"context": context} if context else {}),
     }

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from provenance import git_commit
 
 REPO = Path(__file__).resolve().parents[1]
 RESULT = REPO / "benchmarks" / "results" / "kernel_db_efficiency.json"
@@ -96,13 +96,6 @@ def summarise(g: pd.DataFrame) -> dict:
     }
 
 
-def _git_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -155,7 +148,7 @@ def main(argv=None):
     write_json(args.out, {
         "benchmark": "kernel_db_efficiency",
         "created_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "package_version": __version__, "git_commit": _git_commit(),
+        "package_version": __version__, "git_commit": git_commit(),
         "inputs": {"kernel_db": str(args.kernel_db.resolve()), "gemm_rows": int(len(gemm)),
                    "gemm_files": sorted(db.files.loc[db.files["operator"] == "gemm", "file"])},
         "definitions": {

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from provenance import git_commit
 
 REPO = Path(__file__).resolve().parents[1]
 RESULT = REPO / "benchmarks" / "results" / "step_periods.json"
@@ -177,13 +177,6 @@ def figure(groups: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def _git_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -266,7 +259,7 @@ def main(argv=None):
     write_json(args.out, {
         "benchmark": "step_periods",
         "created_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "package_version": __version__, "git_commit": _git_commit(),
+        "package_version": __version__, "git_commit": git_commit(),
         "inputs": {"steps": file_info(args.steps), "posterior": file_info(args.posterior),
                    "posterior_observation_kinds": kinds, "draws": args.draws, "seed": args.seed},
         "method": {

@@ -159,8 +159,8 @@ def weight_time_at_peak_s(deployment: Deployment, weight_bytes: float) -> float:
 
 
 def _weight_time_s(deployment: Deployment, weight_bytes: float) -> float:
-    """`weight_time_at_peak_s` times the deployment's profiled GEMV efficiency relative to
-    its GPU's reference (`Deployment.weight_stream_factor`, 1 when unprofiled)."""
+    """`weight_time_at_peak_s` times the deployment's measured dense-GEMM streaming time
+    relative to the reference (`Deployment.weight_stream_factor`)."""
     return weight_time_at_peak_s(deployment, weight_bytes) * deployment.weight_stream_factor
 
 
@@ -183,28 +183,34 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
     b = np.zeros(len(BETA_FEATURES))
     a, f = _A, _F
 
-    W[a["prefill_tokens"], f["prefill_compute_s"]] = m.linear_flops_per_token / compute
-    W[a["prefill_attention_pairs"], f["prefill_compute_s"]] = m.attention_flops_per_pair / compute
-    W[a["num_prefill_reqs"], f["prefill_compute_s"]] = m.lm_head_flops_per_token / compute
+    attention = n * d.attention_peak_flops_per_s
+    # dense GEMMs at the FLOP rate kernel-db measures (d.compute_factor); routed experts
+    # (fused-MoE kernels) at the datasheet's
+    routed = 2.0 * m.n_moe_layers * m.n_experts_per_tok * m.expert_params
+    linear = (d.compute_factor * (m.linear_flops_per_token - routed) + routed) / compute
+    lm_head = d.compute_factor * m.lm_head_flops_per_token / compute
+    W[a["prefill_tokens"], f["prefill_compute_s"]] = linear
+    W[a["prefill_attention_pairs"], f["prefill_compute_s"]] = m.attention_flops_per_pair / attention
+    W[a["num_prefill_reqs"], f["prefill_compute_s"]] = lm_head
 
-    W[a["num_decode_reqs"], f["decode_compute_s"]] = (m.linear_flops_per_token
-                                                      + m.lm_head_flops_per_token) / compute
-    W[a["decode_context_tokens"], f["decode_compute_s"]] = m.decode_attention_flops_per_pair / compute
+    W[a["num_decode_reqs"], f["decode_compute_s"]] = linear + lm_head
+    W[a["decode_context_tokens"], f["decode_compute_s"]] = m.decode_attention_flops_per_pair / attention
 
     b[f["weight_traffic_s"]] = _weight_time_s(d, d.dense_weight_bytes)
-    moe_coeff = _weight_time_s(d, m.n_moe_layers * d.expert_weight_bytes_per_layer) if m.is_moe else 0.0
+    # routed experts run in fused-MoE kernels, not the dense GEMMs the factor prices
+    moe_coeff = weight_time_at_peak_s(d, m.n_moe_layers * d.expert_weight_bytes_per_layer) if m.is_moe else 0.0
 
-    kv = d.kv_bytes_per_token_per_gpu / bw
+    kv = d.kv_stream_factor * d.kv_bytes_per_token_per_gpu / bw
     for name in ("decode_context_tokens", "num_decode_reqs", "prefill_context_tokens", "prefill_tokens"):
         W[a[name], f["kv_traffic_s"]] = kv
         W[a[name], f["kv_token_layer_s"]] = m.n_layers * NS
 
     if d.tp > 1:  # per token: its activations (hidden x 2 B) in every all-reduce of the step
-        per_token = (ALLREDUCES_PER_LAYER * m.n_layers
+        per_token = (d.allreduce_byte_factor * ALLREDUCES_PER_LAYER * m.n_layers
                      * float(allreduce_link_s(m.hidden_size * ACTIVATION_BYTES, d.tp, link)))
         W[a["prefill_tokens"], f["tp_comm_s"]] = per_token
         W[a["num_decode_reqs"], f["tp_comm_s"]] = per_token
-        b[f["tp_sync_s"]] = m.n_layers * allreduce_rounds_per_layer(d.tp) * US
+        b[f["tp_sync_s"]] = d.allreduce_latency_factor * m.n_layers * allreduce_rounds_per_layer(d.tp) * US
     if d.ep > 1:
         per_token = (2 * m.n_moe_layers * m.n_experts_per_tok * m.hidden_size * ACTIVATION_BYTES
                      * (d.ep - 1) / d.ep / link)
@@ -231,9 +237,9 @@ def linear_layer_features(deployment: Deployment, tokens, *, layer_constant: boo
 
     - ``weight_traffic_s`` = one layer's matmul weight bytes / (tp BW), as the step's
       weight feature streams the whole model's;
-    - ``prefill_compute_s`` = the FLOP time beyond it (`roofline_excess`) of tokens x the
-      step's linear FLOPs per prefill token (the `FeatureMap` entry) / n_layers, i.e.
-      2 x one layer's matmul weights / (tp P) per token;
+    - ``prefill_compute_s`` = the FLOP time beyond it (`roofline_excess`) of tokens x 2 x
+      one layer's matmul weights / (tp P), at the datasheet peak P (the step's features
+      carry the deployment's kernel-priced `compute_factor` on top);
     - ``layer_overhead_s`` = 1 µs (the layer's share of the per-layer constant: its
       coefficient is the fixed cost of the layer's kernels) unless `layer_constant` is False.
 
@@ -250,8 +256,8 @@ def linear_layer_features(deployment: Deployment, tokens, *, layer_constant: boo
         raise ValueError("tokens must be a finite, non-negative scalar or 1-D array")
     fm = feature_weights(d)
     out = np.zeros((len(tokens), len(BETA_FEATURES)))
-    per_token = fm.weights[_A["prefill_tokens"], _F["prefill_compute_s"]]  # all layers
-    out[:, _F["prefill_compute_s"]] = tokens * per_token / m.n_layers
+    # FLOPs at datasheet peak, as the bytes below: the profiles measure what factors say
+    out[:, _F["prefill_compute_s"]] = tokens * 2.0 * m.dense_layer_matmul_params / (d.tp * d.peak_flops_per_s)
     # bytes at datasheet bandwidth, without the deployment's weight_stream_factor: the
     # profiles are the evidence that factor is measured from (catalog/weight_streaming.py)
     out[:, _F["weight_traffic_s"]] = weight_time_at_peak_s(d, d.dense_layer_weight_bytes)
@@ -335,22 +341,26 @@ def roofline_s(deployment: Deployment, **aggregates) -> np.ndarray:
     return np.maximum(compute, memory)
 
 
-def to_blis_beta(beta: Mapping[str, float], tp: int = 1, weight_stream_factor: float = 1.0) -> list[float]:
+def to_blis_beta(beta: Mapping[str, float], tp: int = 1,
+                 factors: Mapping[str, float] | None = None) -> list[float]:
     """Our coefficients in BLIS trained-physics `beta_coeffs` order (BLIS_BETA_ORDER).
 
     kv_traffic -> both β1b and β2b; tp_comm -> β4; ep_comm -> β_EP; overheads (µs)
     -> β5, β6, β7; β8 (per MoE layer) = 0. tp_sync_s (µs per all-reduce round, 2 log2(tp)
-    rounds per layer) is folded into the per-layer β5 for the given `tp`, and the
-    deployment's `weight_stream_factor` into β3 (BLIS streams weights at bytes over peak);
-    offload_s and kv_token_layer_s have no BLIS slot and are dropped (NO_BLIS_SLOT).
+    rounds per layer) is folded into the per-layer β5 for the given `tp`. BLIS prices raw
+    bytes and FLOPs at the datasheet, so the deployment's kernel-priced `factors`
+    (`Deployment.feature_factors`, feature -> factor, 1 when absent) multiply their
+    coefficients (the routed experts' bytes and FLOPs, which the factors leave alone here,
+    get them too in BLIS); offload_s and kv_token_layer_s have no BLIS slot and are dropped
+    (NO_BLIS_SLOT).
     """
     missing = [n for n in BETA_FEATURES if n not in NO_BLIS_SLOT and n not in beta]
     if missing:
         raise KeyError(f"coefficients missing: {', '.join(missing)}")
-    g = lambda k: float(beta[k])  # noqa: E731
+    factors = factors or {}
+    g = lambda k: float(beta[k]) * float(factors.get(k, 1.0))  # noqa: E731
     per_layer = (g("layer_overhead_s")
-                 + allreduce_rounds_per_layer(tp) * float(beta.get("tp_sync_s", 0.0)))
-    return [g("prefill_compute_s"), g("decode_compute_s"), g("weight_traffic_s") * weight_stream_factor,
-            g("tp_comm_s"),
+                 + allreduce_rounds_per_layer(tp) * (g("tp_sync_s") if "tp_sync_s" in beta else 0.0))
+    return [g("prefill_compute_s"), g("decode_compute_s"), g("weight_traffic_s"), g("tp_comm_s"),
             per_layer, g("request_overhead_s"), g("step_overhead_s"), 0.0,
             g("kv_traffic_s"), g("kv_traffic_s"), g("ep_comm_s")]

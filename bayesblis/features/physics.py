@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from bayesblis.catalog import weight_streaming
+from bayesblis.catalog import kernel_prices, weight_streaming
 from bayesblis.catalog.gpus import DTYPES, GpuSpec, load_gpu, normalize_dtype
 from bayesblis.catalog.models import DTYPE_BYTES, ModelArch, load_model
 from bayesblis.errors import BayesBlisError
@@ -19,6 +19,9 @@ DEFAULT_ACTIVATION_RESERVE_BYTES = 2 * 2**30
 """Default memory kept out of the KV cache besides weights (activation peak of the
 profile run, CUDA graphs, NCCL buffers): 2 GiB, typical of vLLM V1 with 8k batched
 tokens on 7B-70B models."""
+
+LOW_PRECISION = ("fp8", "int8")
+"""Compute dtypes whose GEMMs run below 16 bits while attention stays in bf16."""
 
 # Compute dtype used when dtype='auto', from the checkpoint's weight dtype.
 _AUTO_COMPUTE = {"bf16": "bf16", "fp16": "fp16", "fp32": "bf16", "fp8": "fp8",
@@ -41,8 +44,19 @@ class Deployment:
     holds the resolved dtype, so 'auto' never reaches keys or levels. Weights are read
     at the smaller of the checkpoint's and the compute dtype's width.
     `kv_cache_dtype` 'auto' = the model's KV width (2 bytes).
-    `weight_stream_factor`: the model's profiled weight-streaming time on this GPU and TP
-    relative to the GPU's reference (`catalog.weight_streaming`; 1 when unprofiled).
+    `weight_stream_factor`: the dense weights' streaming time on this GPU, TP and dtype
+    priced from vLLM's measured GEMM kernels, relative to H100 bf16
+    (`catalog.kernel_prices`); for a GPU kernel-db lacks, the model's operator-profile
+    factor relative to the GPU's own reference (`catalog.weight_streaming`); else 1.
+    `compute_factor`: the dense GEMMs' measured time at prefill sizes over their FLOPs at
+    the dtype's datasheet peak, relative to H100 bf16 (`catalog.kernel_prices`; 1 where
+    kernel-db has no table): FP8 GEMMs on H100 reach about half the FLOP rate their
+    datasheet doubles. `attention_peak_flops_per_s`: the peak attention runs at (bf16 for
+    FP8 and INT8 deployments). `kv_stream_factor`: decode attention's measured KV
+    streaming time on this GPU relative to H100's; `allreduce_byte_factor` and
+    `allreduce_latency_factor`: the per-byte and per-call time of the all-reduce vLLM runs
+    at this TP (its custom kernel over NVLink, NCCL over PCIe) relative to H100's. All 1
+    where kernel-db lacks the GPU. `feature_factors` collects them per step feature.
     """
 
     model: ModelArch
@@ -63,6 +77,11 @@ class Deployment:
     pcie_bandwidth_bytes_per_s: float = field(init=False)
     kv_heads_per_gpu: int = field(init=False)
     weight_stream_factor: float = field(init=False)
+    compute_factor: float = field(init=False)
+    attention_peak_flops_per_s: float = field(init=False)
+    kv_stream_factor: float = field(init=False)
+    allreduce_byte_factor: float = field(init=False)
+    allreduce_latency_factor: float = field(init=False)
 
     def __post_init__(self):
         model, gpu = load_model(self.model), load_gpu(self.gpu)
@@ -110,14 +129,35 @@ class Deployment:
             raise DeploymentError(f"kv_cache_dtype must be auto, fp8, bf16 or fp16, got {self.kv_cache_dtype!r}")
 
         kv_heads = model.n_kv_heads if model.is_mla else math.ceil(model.n_kv_heads / tp)
-        stream = weight_streaming.factor(gpu.name, model.name, tp, weight_bytes)
+        stream = kernel_prices.factor(model, gpu, tp, compute)
+        if stream is None:
+            stream = weight_streaming.factor(gpu.name, model.name, tp, weight_bytes)
+        gemm_compute = kernel_prices.compute_factor(model, gpu, tp, compute) if kernel_prices.PRICE_COMPUTE else None
+        kv_stream = kernel_prices.kv_factor(gpu)
+        allreduce = kernel_prices.allreduce_factors(gpu, tp) if tp > 1 else None
+        # FlashAttention computes in bf16 whatever the weights' dtype
+        attention_peak = gpu.peak_flops("bf16") if compute in LOW_PRECISION and gpu.supports("bf16") else peak
         for key, value in (("dtype", compute), ("compute_dtype", compute),
                            ("weight_bytes_per_param", weight_bytes), ("kv_bytes_per_element", kv_elem), ("peak_flops_per_s", peak),
                            ("hbm_bandwidth_bytes_per_s", gpu.hbm_bandwidth_bytes_per_s),
                            ("interconnect_bandwidth_bytes_per_s", gpu.interconnect_bandwidth_bytes_per_s),
                            ("pcie_bandwidth_bytes_per_s", gpu.pcie_bandwidth_bytes_per_s),
-                           ("kv_heads_per_gpu", kv_heads), ("weight_stream_factor", stream)):
+                           ("kv_heads_per_gpu", kv_heads), ("weight_stream_factor", stream),
+                           ("compute_factor", 1.0 if gemm_compute is None else gemm_compute),
+                           ("attention_peak_flops_per_s", attention_peak),
+                           ("kv_stream_factor", 1.0 if kv_stream is None else kv_stream),
+                           ("allreduce_byte_factor", 1.0 if allreduce is None else allreduce[0]),
+                           ("allreduce_latency_factor", 1.0 if allreduce is None else allreduce[1])):
             object.__setattr__(self, key, value)
+
+    @property
+    def feature_factors(self) -> dict[str, float]:
+        """Step feature -> the kernel-priced factor its physics carries (1 when none):
+        what an export to a simulator pricing raw bytes and FLOPs (BLIS) folds into the
+        coefficients."""
+        return {"prefill_compute_s": self.compute_factor, "decode_compute_s": self.compute_factor,
+                "weight_traffic_s": self.weight_stream_factor, "kv_traffic_s": self.kv_stream_factor,
+                "tp_comm_s": self.allreduce_byte_factor, "tp_sync_s": self.allreduce_latency_factor}
 
     # ---- identity -------------------------------------------------------------
     @property
@@ -213,5 +253,7 @@ class Deployment:
             "interconnect_bandwidth_bytes_per_s": self.interconnect_bandwidth_bytes_per_s,
             "weight_bytes_per_gpu": self.weight_bytes_per_gpu,
             "weight_stream_factor": self.weight_stream_factor,
+            "feature_factors": self.feature_factors,
+            "attention_peak_flops_per_s": self.attention_peak_flops_per_s,
             "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
         }

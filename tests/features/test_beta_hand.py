@@ -14,11 +14,13 @@ from bayesblis.features import (AGGREGATES, BETA_FEATURES, Deployment, beta_feat
 P_H100 = 989.4e12
 BW_H100 = 3.35e12
 NVLINK_H100 = 450e9
-# Weight streaming carries the operator profiles' GEMV efficiency relative to the GPU's
-# reference (bayesblis/catalog/weight_streaming.json, H100 reference ratio 1.299):
-# Llama-2-7B at TP 1 streams its layer at 1.2581x bytes over peak, Llama-2-70B at TP 4 1.2568x.
-STREAM_7B_TP1 = 1.2581 / 1.299
-STREAM_70B_TP4 = 1.2568 / 1.299
+# Weight streaming and dense-GEMM FLOPs carry the deployment's kernel-priced factors
+# (bayesblis/catalog/kernel_prices.py, priced by hand in tests/catalog/test_kernel_prices.py):
+# its measured GEMM times relative to H100 bf16's. Here they are inputs to the hand sums.
+DEP_7B = Deployment("llama-2-7b", "H100")
+DEP_70B = Deployment("llama-2-70b", "H100", tp=4)
+STREAM_7B_TP1, GEMM_7B_TP1 = DEP_7B.weight_stream_factor, DEP_7B.compute_factor
+STREAM_70B_TP4, GEMM_70B_TP4 = DEP_70B.weight_stream_factor, DEP_70B.compute_factor
 
 # Mixed step: a 512-token prefill chunk (first chunk, empty context) + 32 decodes at
 # context 1000. Attention pairs of the chunk: 512*513/2 = 131,328.
@@ -44,13 +46,16 @@ def test_llama2_7b_tp1_h100():
     linear = 2 * 32 * 202_375_168            # 12,952,010,752 FLOP/token
     lm_head = 2 * 4096 * 32000               # 262,144,000 FLOP/sampled token
     attn = 4 * 32 * 32 * 128                 # 524,288 FLOP/pair
-    # prefill: 6,631,429,505,024 + 68,853,694,464 + 262,144,000 = 6,700,545,343,488 FLOP
+    # prefill: 6,631,429,505,024 + 68,853,694,464 + 262,144,000 = 6,700,545,343,488 FLOP;
+    # the GEMMs' (all but attention) at the kernel-priced rate
     assert linear * 512 + attn * 131_328 + lm_head == 6_700_545_343_488
-    assert f["prefill_compute_s"] == pytest.approx(6_700_545_343_488 / P_H100, rel=1e-9)  # 6.7723 ms
+    gemm_prefill = (linear * 512 + lm_head) * GEMM_7B_TP1 + attn * 131_328
+    assert f["prefill_compute_s"] == pytest.approx(gemm_prefill / P_H100, rel=1e-9)  # 6.5 ms
     # decode: (12,952,010,752 + 262,144,000)*32 + 524,288*32,000 = 439,630,168,064 FLOP
     assert (linear + lm_head) * 32 + attn * 32_000 == 439_630_168_064
-    assert f["decode_compute_s"] == pytest.approx(439_630_168_064 / P_H100, rel=1e-9)  # 0.4443 ms
-    # weights: 6,738,415,616 params * 2 B = 13,476,831,232 B -> 4.0229 ms at peak, x 0.9685
+    gemm_decode = (linear + lm_head) * 32 * GEMM_7B_TP1 + attn * 32_000
+    assert f["decode_compute_s"] == pytest.approx(gemm_decode / P_H100, rel=1e-9)  # 0.42 ms
+    # weights: 6,738,415,616 params * 2 B = 13,476,831,232 B -> 4.0229 ms at peak, x the factor
     assert dep.weight_stream_factor == pytest.approx(STREAM_7B_TP1, rel=1e-12)
     assert f["weight_traffic_s"] == pytest.approx(13_476_831_232 * STREAM_7B_TP1 / BW_H100, rel=1e-9)
     # KV: 524,288 B/token * (32,000 + 32 + 0 + 512) tokens = 17,062,428,672 B -> 5.0933 ms
@@ -61,11 +66,11 @@ def test_llama2_7b_tp1_h100():
     assert f["layer_overhead_s"] == pytest.approx(32e-6)
     assert f["request_overhead_s"] == pytest.approx(33e-6)
     assert f["step_overhead_s"] == pytest.approx(1e-6)
-    # roofline: compute 7.2166 ms against memory 4.0229 + 5.0933 = 9.1162 ms: the step is
-    # memory bound, its FLOPs hide under the streaming and the compute features are 0
-    compute = (6_700_545_343_488 + 439_630_168_064) / P_H100
-    memory = (13_476_831_232 + 524_288 * 32_544) / BW_H100
-    assert compute == pytest.approx(7.2166e-3, rel=1e-4) and memory == pytest.approx(9.1162e-3, rel=1e-4)
+    # roofline: compute about 7 ms against memory about 9 ms: the step is memory bound,
+    # its FLOPs hide under the streaming and the compute features are 0
+    compute = (gemm_prefill + gemm_decode) / P_H100
+    memory = (13_476_831_232 * STREAM_7B_TP1 + 524_288 * 32_544) / BW_H100
+    assert compute < memory
     roof = as_dict(beta_features(dep, **STEP)[0])
     assert roof["prefill_compute_s"] == roof["decode_compute_s"] == 0.0
     # twice the prefill tokens: about 14 ms of FLOPs, past the memory time; the excess is split
@@ -105,10 +110,13 @@ def test_llama2_70b_tp4_h100():
     n_peak = 4 * P_H100                             # 3.9576e15 FLOP/s over the TP group
     # prefill: 70,093,866,270,720 + 344,268,472,320 + 524,288,000 = 70,438,659,031,040 FLOP
     assert linear * 512 + attn * 131_328 + lm_head == 70_438_659_031_040
-    assert f["prefill_compute_s"] == pytest.approx(70_438_659_031_040 / n_peak, rel=1e-9)   # 17.798 ms
+    gemm_prefill = (linear * 512 + lm_head) * GEMM_70B_TP4 + attn * 131_328
+    assert f["prefill_compute_s"] == pytest.approx(gemm_prefill / n_peak, rel=1e-9)   # about 21 ms
     # decode: 137,426,370,560*32 + 2,621,440*32,000 = 4,481,529,937,920 FLOP
-    assert f["decode_compute_s"] == pytest.approx(4_481_529_937_920 / n_peak, rel=1e-9)     # 1.1324 ms
-    # weights: 68,976,648,192 * 2 B = 137,953,296,384 B over 4 GPUs -> 10.295 ms, x 0.9675
+    assert (linear + lm_head) * 32 + attn * 32_000 == 4_481_529_937_920
+    gemm_decode = (linear + lm_head) * 32 * GEMM_70B_TP4 + attn * 32_000
+    assert f["decode_compute_s"] == pytest.approx(gemm_decode / n_peak, rel=1e-9)
+    # weights: 68,976,648,192 * 2 B = 137,953,296,384 B over 4 GPUs -> 10.295 ms, x the factor
     assert dep.weight_stream_factor == pytest.approx(STREAM_70B_TP4, rel=1e-12)
     assert f["weight_traffic_s"] == pytest.approx(137_953_296_384 * STREAM_70B_TP4 / (4 * BW_H100),
                                                   rel=1e-9)
@@ -133,24 +141,28 @@ def test_mixtral_tp2_distinct_expert_weights():
                num_prefill_reqs=0, decode_context_tokens=8000)
     # non-expert weights: 1,605,636,096 params * 2 B = 3,211,272,192 B
     # one expert in one layer: 3*4096*14336*2 B = 352,321,536 B; 32 MoE layers
-    dense, expert = 3_211_272_192, 352_321_536
-    # 1 token touches exactly k = 2 experts/layer: 3,211,272,192 + 32*2*352,321,536
-    # = 25,759,850,496 B over 2 GPUs -> 3.8448 ms
+    # the dense weights stream at the kernel-priced factor of their GEMMs, the routed experts
+    # (fused-MoE kernels) at bytes over peak
+    dense, expert = 3_211_272_192 * d.weight_stream_factor, 352_321_536
+    # 1 token touches exactly k = 2 experts/layer: dense + 32*2*352,321,536 B over 2 GPUs
     one = beta_features(d, num_decode_reqs=1, **agg)[0, BETA_FEATURES.index("weight_traffic_s")]
-    assert one == pytest.approx(25_759_850_496 / (2 * BW_H100), rel=1e-9)
+    assert one == pytest.approx((dense + 32 * 2 * expert) / (2 * BW_H100), rel=1e-9)
     # 16 tokens: E[distinct] = 8*(1 - 0.75^16); 0.75^16 = 0.0100226 -> 7.919819
-    # bytes = 3,211,272,192 + 32*7.919819*352,321,536 = 92,501,604,267 B -> 13.806 ms
+    # bytes = dense + 32*7.919819*352,321,536
     distinct16 = 8 * (1 - 0.0100226)
     sixteen = beta_features(d, num_decode_reqs=16, **agg)[0, BETA_FEATURES.index("weight_traffic_s")]
     assert sixteen == pytest.approx((dense + 32 * distinct16 * expert) / (2 * BW_H100), rel=1e-5)
-    # many tokens: all 8 experts -> every weight is read: 46,702,792,704 * 2 B
+    # many tokens: all 8 experts -> every weight is read: 46,702,792,704 * 2 B in all
     many = beta_features(d, num_decode_reqs=4096, **agg)[0, BETA_FEATURES.index("weight_traffic_s")]
-    assert many == pytest.approx(46_702_792_704 * 2 / (2 * BW_H100), rel=1e-9)
+    assert 3_211_272_192 + 32 * 8 * expert == 46_702_792_704 * 2
+    assert many == pytest.approx((dense + 32 * 8 * expert) / (2 * BW_H100), rel=1e-9)
     # compute uses the top-2 active experts only:
-    # attention 41,943,040 + router 32,768 + 2 experts 352,321,536 per layer
-    linear = 2 * 32 * (41_943_040 + 32_768 + 352_321_536)
+    # attention 41,943,040 + router 32,768 + 2 experts 352,321,536 per layer; the dense
+    # GEMMs (and lm_head) at the kernel-priced rate, the routed experts at the datasheet's
+    dense_gemm = 2 * 32 * (41_943_040 + 32_768) + 2 * 4096 * 32000
+    routed = 2 * 32 * 352_321_536
     f = raw_features(d, dict(agg, num_decode_reqs=1))
-    expected = (linear + 2 * 4096 * 32000 + 4 * 32 * 32 * 128 * 8000) / (2 * P_H100)
+    expected = (dense_gemm * d.compute_factor + routed + 4 * 32 * 32 * 128 * 8000) / (2 * P_H100)
     assert f["decode_compute_s"] == pytest.approx(expected, rel=1e-9)
 
 

@@ -81,7 +81,10 @@ def test_additive_over_steps_for_linear_features(d, a, b):
 @settings(max_examples=100, deadline=None)
 @given(aggregates)
 def test_compute_scales_as_one_over_tp(agg):
-    d1, d4 = Deployment("llama-2-70b", "H100", tp=1), Deployment("llama-2-70b", "H100", tp=4)
+    # on a GPU kernel-db lacks, FLOPs are priced at the datasheet peak whatever the shapes
+    # (elsewhere each TP's GEMM shapes carry their own measured rate: catalog.kernel_prices)
+    d1, d4 = Deployment("llama-2-70b", "A40", tp=1), Deployment("llama-2-70b", "A40", tp=4)
+    assert d1.compute_factor == d4.compute_factor == 1.0
     f1, f4 = raw_features(d1, agg), raw_features(d4, agg)  # FLOP time before the roofline
     for name in ("prefill_compute_s", "decode_compute_s"):
         assert f4[F[name]] == pytest.approx(f1[F[name]] / 4, rel=1e-12)
@@ -128,8 +131,11 @@ def test_to_blis_beta_order():
     # at TP4 the all-reduce latency (2 x log2(4) rounds per layer) joins the per-layer beta5;
     # the export reads the TP from the configuration key
     assert to_blis_beta(beta, tp=4)[4] == 10.0 + 4 * 7.0
-    # BLIS streams weights at bytes over peak: the profiled GEMV factor goes into beta3
-    assert to_blis_beta(beta, weight_stream_factor=0.9)[2] == pytest.approx(3.0 * 0.9)
+    # BLIS prices raw bytes and FLOPs: the deployment's kernel-priced factors go into their slots
+    factored = to_blis_beta(beta, tp=4, factors={"weight_traffic_s": 0.9, "prefill_compute_s": 2.0,
+                                                 "decode_compute_s": 2.0, "tp_sync_s": 3.0})
+    assert factored[:3] == pytest.approx([2.0, 4.0, 3.0 * 0.9])
+    assert factored[4] == pytest.approx(10.0 + 4 * 7.0 * 3.0)
     from bayesblis.model.data import config_key, tp_of
 
     assert tp_of(config_key("llama-2-70b", "H100-SXM", 4)) == 4

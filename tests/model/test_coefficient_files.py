@@ -88,8 +88,7 @@ def test_a_blis_yaml_alone_maps_blis_slots_back_with_a_warning(exported, tmp_pat
     dep = _deployment()
     cd = f.draws_for(dep)
     blis = yaml.safe_load((d / "c.yaml").read_text())["trained_physics_coefficients"]
-    back = to_blis_beta(dict(zip(BETA_FEATURES, cd.beta[0])), tp=1,
-                        weight_stream_factor=dep.weight_stream_factor)
+    back = to_blis_beta(dict(zip(BETA_FEATURES, cd.beta[0])), tp=1, factors=dep.feature_factors)
     np.testing.assert_allclose(back, blis["beta_coeffs"], rtol=1e-12)   # the export's slots
     record = json.loads((d / "c.json").read_text())
     for i, name in enumerate(BETA_FEATURES):   # slots with a bayesblis twin keep their medians

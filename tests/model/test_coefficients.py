@@ -46,20 +46,21 @@ def test_new_configuration_of_seen_levels_is_population_level(tiny_fit):
     assert len(record["blis"]["beta_coeffs"]) == 11 and len(record["blis"]["alpha_coeffs"]) == 3
 
 
-def test_blis_export_folds_the_profiled_gemv_factor_into_beta3(tiny_fit):
+def test_blis_export_folds_the_kernel_priced_factors_into_their_slots(tiny_fit):
     from bayesblis.coefficients import deployment_draws
     from bayesblis.features import Deployment
 
     _, path, _ = tiny_fit
-    dep = Deployment("llama-2-7b", "H100", tp=1, dtype="fp16")  # profiled: factor 0.97
-    assert dep.weight_stream_factor < 1.0
+    dep = Deployment("llama-2-70b", "A100", tp=4)  # A100's GEMMs stream slower than H100's
+    assert dep.weight_stream_factor > 1.1 and dep.feature_factors["tp_comm_s"] != 1.0
     draws = deployment_draws(load_posterior(path), dep)
-    assert draws.weight_stream_factor == dep.weight_stream_factor == draws.mean().weight_stream_factor
+    assert draws.feature_factors == dep.feature_factors == draws.mean().feature_factors
     record = export_record(draws)
-    k = draws.beta_features.index("weight_traffic_s")
-    assert record["blis"]["weight_stream_factor"] == dep.weight_stream_factor
-    assert record["blis"]["beta_coeffs"][2] == pytest.approx(
-        draws.beta[:, k].mean() * dep.weight_stream_factor, rel=1e-9)
+    assert record["blis"]["feature_factors"] == dep.feature_factors
+    for slot, name in ((0, "prefill_compute_s"), (2, "weight_traffic_s"), (3, "tp_comm_s")):
+        k = draws.beta_features.index(name)
+        assert record["blis"]["beta_coeffs"][slot] == pytest.approx(
+            draws.beta[:, k].mean() * dep.feature_factors[name], rel=1e-9)
 
 
 def test_blis_yaml_is_valid_and_commented(tiny_fit):

@@ -1,0 +1,376 @@
+"""Step physics priced from vLLM's measured kernels (kernel-db), per deployment.
+
+The step features price bytes over the datasheet bandwidth and messages over the datasheet
+link; how close vLLM's kernels get depends on the GPU, the dtype and the shapes. kernel-db
+(vLLM 0.14.0, AIConfigurator) times bf16 decode GEMMs of 8192 x 8192 at 0.86 of H100's
+bandwidth but 0.64 of A100's, 4096 x 4096 at 0.64 on H100, and FP8 GEMMs (per-tensor
+scaled) at only 0.25-0.53 on H100: at decode sizes barely faster than bf16, although they
+read half the bytes. Per deployment, relative to the reference (H100-SXM bf16, the traced
+runs' hardware) so the fitted coefficients keep their meaning:
+
+- `factor`: a step's dense GEMMs (`layer_gemms`: attention projections, MLP or shared
+  expert per GPU of the TP group, the lm_head once) at `DECODE_TOKENS`, measured, over
+  their weight bytes at datasheet bandwidth. Routed experts (fused-MoE kernels) are not
+  priced here. A100 about 1.2, FP8 on H100 about 2.4 (Llama-4-Scout at TP 2);
+- `kv_factor`: decode attention's KV streaming past L2 (A100 1.16, H200 1.13, L40S 0.98);
+- `allreduce_factors`: the all-reduce vLLM runs at the TP (its custom kernel over NVLink,
+  NCCL over PCIe), per byte over the ring formula at the GPU's own link, and per call;
+- `compute_factor`: the dense GEMMs' FLOP rate at `PREFILL_TOKENS`; measured and
+  reported, not applied (`PRICE_COMPUTE`).
+
+Without tables for the GPU (and dtype) a factor is None: the deployment keeps the
+datasheet (for weights, the operator-profile factor of `catalog.weight_streaming`).
+
+The tables live in ``kernel_prices.json`` beside this module (log GEMM latency over the
+(n, k) grid at each token count per GPU and GEMM dtype; decode-attention and all-reduce
+ratios per GPU), built from a kernel-db folder by ``python3 -m
+bayesblis.catalog.kernel_prices KERNEL_DB_DIR``; nothing reads kernel-db at run time.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+CATALOG_FILE = Path(__file__).with_name("kernel_prices.json")
+FRAMEWORK_VERSION = "0.14.0"
+"""The vLLM version whose GEMM tables are read: the one kernel-db has for every GPU, and
+the closest to the traced runs' v0.15.1."""
+DECODE_TOKENS = (8, 16, 32, 64)
+"""Token counts of a decode step's GEMMs (weight-bound on every GPU here): a layer's time
+is the mean over them."""
+PREFILL_TOKENS = (1024, 2048, 4096)
+"""Token counts of prefill chunks' GEMMs (compute-bound): the achieved FLOP rate is the
+mean over them."""
+TOKENS = DECODE_TOKENS + PREFILL_TOKENS
+GEMM_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
+"""Compute dtype -> the GEMM table that prices it (fp16 runs the bf16 kernels' shapes)."""
+TABLE_BYTES = {"bf16": 2.0, "fp8": 1.0}
+PRICE_COMPUTE = False
+"""Whether deployments carry `compute_factor` (their dense GEMMs' measured FLOP rate). Off:
+measured on the new-model check (docs/kernel-db.md), it priced Llama-4-Scout's FP8 GEMMs at
+2.6x the reference's FLOP time and turned its E2E from 2% too fast to 8% too slow, and no
+traced configuration measures what it adds elsewhere."""
+REFERENCE = ("H100-SXM", "bf16")
+"""The GPU and dtype every factor is relative to: the traced runs'."""
+L2_BYTES = {"H100-SXM": 50e6, "A100-SXM-80GB": 40e6, "L40S": 96e6, "H200-SXM": 50e6}
+"""L2 cache per GPU (datasheets, as kernel-db's README lists them)."""
+L2_MULTIPLE = 4
+"""Decode-attention points whose KV working set exceeds this many L2s price KV streaming."""
+ALLREDUCE_BYTES = (256 * 2**10, 32 * 2**20)
+"""Message sizes the all-reduce line is fitted over: 16 to 2,048 tokens of an 8192-wide model."""
+SMALL_ALLREDUCE_BYTES = 64 * 2**10
+"""Messages up to this size (4 tokens of an 8192-wide model) are latency-bound."""
+NCCL_VERSION = "2.27.3"
+"""The NCCL version read where vLLM's custom all-reduce does not run (kernel-db has it for
+A100 and L40S; another where a GPU lacks it)."""
+
+
+def layer_gemms(model, tp: int) -> list[tuple[int, int, float]]:
+    """(n, k, count per step) of the dense GEMMs one GPU of a `tp` group runs in a step:
+    per layer the fused QKV and output projections, the MLP (gate+up fused, down) or an
+    MoE layer's shared expert, and the lm_head once. MLA attention is one [hidden x
+    params/hidden] GEMM, a shape approximation."""
+    h = model.hidden_size
+    out = []
+    if model.is_mla:
+        out.append((max(1, model.attention_matmul_params_per_layer // h // tp), h, model.n_layers))
+    else:
+        kv_heads = max(1, model.n_kv_heads // tp) if model.n_kv_heads >= tp else 1
+        q = model.n_heads // tp * model.head_dim
+        out.append((q + 2 * kv_heads * model.head_dim, h, model.n_layers))
+        out.append((h, q, model.n_layers))
+    up = 2 if model.gated_mlp else 1
+    if model.n_dense_layers and model.intermediate_size:
+        inter = model.intermediate_size // tp
+        out += [(up * inter, h, model.n_dense_layers), (h, inter, model.n_dense_layers)]
+    if model.n_moe_layers and model.shared_expert_intermediate_size:
+        inter = max(1, model.shared_expert_intermediate_size // tp)
+        out += [(up * inter, h, model.n_moe_layers), (h, inter, model.n_moe_layers)]
+    out.append((max(1, model.vocab_size // tp), h, 1))
+    return [(int(n), int(k), float(c)) for n, k, c in out]
+
+
+def measure(db) -> dict:
+    """The catalog document's tables from a `KernelDb` (FRAMEWORK_VERSION): ``gemm``
+    {gpu: {dtype: grid}}, ``decode_attention`` {gpu: ratio}, ``allreduce`` {gpu: {tp: fit}}."""
+    return {"gemm": measure_gemm(db), "decode_attention": measure_decode_attention(db),
+            "allreduce": measure_allreduce(db)}
+
+
+def _version(table):
+    return table[table["framework_version"].astype(str) == FRAMEWORK_VERSION]
+
+
+def measure_gemm(db) -> dict:
+    """{gpu: {gemm dtype: grid}}: per grid the sorted n and k values and log(latency in µs)
+    at each of TOKENS."""
+    gemm = _version(db["gemm"])
+    out: dict = {}
+    for (gpu, dtype), rows in gemm.groupby(["gpu", "dtype"], observed=True, sort=True):
+        if dtype not in TABLE_BYTES:
+            continue
+        rows = rows[rows["m"].isin(TOKENS)]
+        if rows.empty:
+            continue
+        n_values = np.sort(rows["n"].unique())
+        k_values = np.sort(rows["k"].unique())
+        grids = []
+        for m in TOKENS:
+            table = (rows[rows["m"] == m].groupby(["n", "k"])["latency_us"].median().unstack("k")
+                     .reindex(index=n_values, columns=k_values))
+            grids.append(_fill_nearest(np.log(table.to_numpy(float))).round(3).tolist())
+        out.setdefault(str(gpu), {})[str(dtype)] = {
+            "n": n_values.astype(int).tolist(), "k": k_values.astype(int).tolist(),
+            "m": list(TOKENS), "log_us": grids}
+    return out
+
+
+def measure_decode_attention(db) -> dict:
+    """{gpu: ratio}: median of bf16 decode attention's measured time over its KV bytes at
+    datasheet bandwidth, over the points whose KV working set exceeds L2_MULTIPLE x the
+    GPU's L2 (the benchmark replays one layer's KV, which stays in L2 below that)."""
+    from bayesblis.catalog.gpus import load_gpu
+
+    table = _version(db["decode_attention"])
+    out = {}
+    for gpu, rows in table.groupby("gpu", observed=True, sort=True):
+        if gpu not in L2_BYTES:
+            continue
+        rows = rows[rows["kv_cache_dtype"] == "bf16"]
+        kv_bytes = (rows["batch_size"] * rows["kv_len_tokens"] * rows["num_kv_heads"]
+                    * rows["head_dim"] * 2 * 2).to_numpy(float)
+        past = kv_bytes > L2_MULTIPLE * L2_BYTES[gpu]
+        if past.sum() < 10:
+            continue
+        time_s = rows["latency_us"].to_numpy(float)[past] * 1e-6
+        bytes_s = kv_bytes[past] / load_gpu(gpu).hbm_bandwidth_bytes_per_s
+        out[str(gpu)] = round(float(np.median(time_s / bytes_s)), 4)
+    return out
+
+
+def measure_allreduce(db) -> dict:
+    """{gpu: {tp: {"latency_us", "per_byte_ratio"}}}: the all-reduce vLLM runs (its custom
+    kernel in CUDA-graph mode on NVLink GPUs, NCCL without NVLink): latency_us = median time
+    of messages up to SMALL_ALLREDUCE_BYTES (latency-bound), per_byte_ratio = the slope of
+    a line over messages of ALLREDUCE_BYTES over the ring formula's seconds per byte at the
+    catalog's link bandwidth."""
+    from bayesblis.catalog.gpus import load_gpu
+    from bayesblis.features.beta import allreduce_link_s
+
+    out: dict = {}
+    for gpu in sorted(set(db.files["gpu"])):
+        spec = load_gpu(gpu)
+        if spec.has_nvlink and "custom_allreduce" in db.tables:
+            rows = _version(db["custom_allreduce"])
+            rows = rows[(rows["gpu"] == gpu) & (rows["backend"] == "vllm_graph")]
+        else:
+            rows = db["nccl"]
+            rows = rows[(rows["gpu"] == gpu) & (rows["collective"] == "all_reduce") & (rows["dtype"] == "fp16")]
+            versions = set(rows["framework_version"].astype(str))
+            rows = rows[rows["framework_version"].astype(str) == (NCCL_VERSION if NCCL_VERSION in versions
+                                                                   else min(versions, default=""))]
+        for tp, by_tp in rows.groupby("num_gpus", observed=True, sort=True):
+            size = by_tp["message_bytes"].to_numpy(float)
+            keep = (size >= ALLREDUCE_BYTES[0]) & (size <= ALLREDUCE_BYTES[1])
+            if keep.sum() < 3 or tp < 2:
+                continue
+            latency_us = by_tp["latency_us"].to_numpy(float)
+            small = size <= SMALL_ALLREDUCE_BYTES
+            if not small.any():
+                continue
+            slope = np.polyfit(size[keep], latency_us[keep], 1)[0]
+            formula = float(allreduce_link_s(1.0, int(tp), spec.interconnect_bandwidth_bytes_per_s)) * 1e6
+            out.setdefault(str(gpu), {})[str(int(tp))] = {
+                "latency_us": round(float(np.median(latency_us[small])), 3),
+                "per_byte_ratio": round(float(slope / formula), 4)}
+    return out
+
+
+def _fill_nearest(grid: np.ndarray) -> np.ndarray:
+    """Missing grid points take their nearest measured neighbour's value (rows, then columns)."""
+    grid = grid.copy()
+    for axis in (1, 0):
+        for i in range(grid.shape[1 - axis]):
+            line = grid[i] if axis == 1 else grid[:, i]
+            ok = np.isfinite(line)
+            if ok.any() and not ok.all():
+                idx = np.arange(len(line))
+                line[~ok] = line[ok][np.abs(idx[~ok, None] - idx[None, ok]).argmin(axis=1)]
+    return grid
+
+
+@lru_cache(maxsize=1)
+def catalog() -> dict:
+    """The built-in tables (``kernel_prices.json``): "gemm", "decode_attention", "allreduce"
+    (`measure`) and "source"."""
+    if not CATALOG_FILE.is_file():
+        return {"gemm": {}, "decode_attention": {}, "allreduce": {}}
+    return json.loads(CATALOG_FILE.read_text())
+
+
+def gemm_time_us(gpu: str, table_dtype: str, n, k, tokens) -> np.ndarray | None:
+    """GEMM times (µs) of [n x k] weights at each of `tokens` (values of TOKENS), one row per
+    token count, interpolated linearly in log n, log k and log time; past the largest
+    measured n or k (e.g. a 152k-token vocabulary's lm_head) the time of the largest grows
+    in proportion, below the smallest it is the smallest's. None without a table for this
+    GPU and dtype."""
+    grid = catalog()["gemm"].get(gpu, {}).get(table_dtype)
+    if grid is None:
+        return None
+    from scipy.interpolate import RegularGridInterpolator
+
+    ln, lk = np.log(grid["n"]), np.log(grid["k"])
+    log_n, log_k = np.log(np.atleast_1d(n).astype(float)), np.log(np.atleast_1d(k).astype(float))
+    points = np.column_stack([np.clip(log_n, ln[0], ln[-1]), np.clip(log_k, lk[0], lk[-1])])
+    beyond = np.exp(np.maximum(log_n - ln[-1], 0.0) + np.maximum(log_k - lk[-1], 0.0))
+    rows = [grid["m"].index(m) for m in tokens]
+    return np.array([np.exp(RegularGridInterpolator((ln, lk), np.asarray(grid["log_us"][i]))(points)) * beyond
+                     for i in rows])
+
+
+def _shapes(model, tp: int):
+    n, k, count = (np.array(c, dtype=float) for c in zip(*layer_gemms(model, tp)))
+    return n, k, count
+
+
+def ratio(model, gpu: str, tp: int, compute_dtype: str, hbm_bandwidth_bytes_per_s: float) -> float | None:
+    """A step's dense GEMM time (`layer_gemms`, mean over DECODE_TOKENS, measured) over the
+    same weights' bytes at datasheet bandwidth; None when kernel-db has no table for it."""
+    table = GEMM_DTYPES.get(compute_dtype)
+    if table is None:
+        return None
+    n, k, count = _shapes(model, tp)
+    times_us = gemm_time_us(gpu, table, n, k, DECODE_TOKENS)
+    if times_us is None:
+        return None
+    bytes_s = n * k * TABLE_BYTES[table] / hbm_bandwidth_bytes_per_s
+    return float(np.sum(count * times_us.mean(axis=0) * 1e-6) / np.sum(count * bytes_s))
+
+
+def compute_ratio(model, gpu: str, tp: int, compute_dtype: str, peak_flops_per_s: float) -> float | None:
+    """The dense GEMMs' measured time at PREFILL_TOKENS over their FLOPs at the datasheet
+    peak of `compute_dtype` (median over the token counts: one outlier GEMM does not move it); None without a table."""
+    table = GEMM_DTYPES.get(compute_dtype)
+    if table is None:
+        return None
+    n, k, count = _shapes(model, tp)
+    times_us = gemm_time_us(gpu, table, n, k, PREFILL_TOKENS)
+    if times_us is None:
+        return None
+    tokens = np.asarray(PREFILL_TOKENS, dtype=float)[:, None]
+    flops_s = 2 * tokens * n * k / peak_flops_per_s
+    return float(np.median(np.sum(count * times_us * 1e-6, axis=1) / np.sum(count * flops_s, axis=1)))
+
+
+@lru_cache(maxsize=None)
+def reference_ratios() -> tuple[float, float] | None:
+    """The median `ratio` and `compute_ratio` of H100-SXM bf16 over the catalog's dense
+    models at TP 1, 2, 4 (the scale the factors are relative to); None without its grid."""
+    from bayesblis.catalog.gpus import load_gpu
+    from bayesblis.catalog.models import list_models, load_model
+
+    gpu = load_gpu(REFERENCE[0])
+    weight, compute = [], []
+    for name in list_models():
+        model = load_model(name)
+        if model.is_moe:
+            continue
+        for tp in (1, 2, 4):
+            if model.n_heads % tp == 0:
+                w = ratio(model, gpu.name, tp, REFERENCE[1], gpu.hbm_bandwidth_bytes_per_s)
+                c = compute_ratio(model, gpu.name, tp, REFERENCE[1], gpu.peak_flops(REFERENCE[1]))
+                if w is not None and c is not None:
+                    weight.append(w)
+                    compute.append(c)
+    return (float(np.median(weight)), float(np.median(compute))) if weight else None
+
+
+@lru_cache(maxsize=4096)
+def factor(model, gpu, tp: int, compute_dtype: str) -> float | None:
+    """The deployment's measured dense-weight streaming time relative to the reference
+    (`ratio` over the reference's); None where kernel-db has no table for its GPU and dtype."""
+    r, ref = ratio(model, gpu.name, tp, compute_dtype, gpu.hbm_bandwidth_bytes_per_s), reference_ratios()
+    return None if r is None or ref is None else r / ref[0]
+
+
+@lru_cache(maxsize=4096)
+def compute_factor(model, gpu, tp: int, compute_dtype: str) -> float | None:
+    """The deployment's measured dense-GEMM FLOP time at its dtype's datasheet peak relative
+    to the reference (`compute_ratio` over the reference's); None without a table."""
+    r = compute_ratio(model, gpu.name, tp, compute_dtype, gpu.peak_flops(compute_dtype))
+    ref = reference_ratios()
+    return None if r is None or ref is None else r / ref[1]
+
+
+@lru_cache(maxsize=64)
+def kv_factor(gpu) -> float | None:
+    """Decode attention's measured KV streaming time on `gpu` relative to the reference
+    GPU's (`measure_decode_attention`); None without a table."""
+    ratios = catalog()["decode_attention"]
+    if gpu.name not in ratios or REFERENCE[0] not in ratios:
+        return None
+    return ratios[gpu.name] / ratios[REFERENCE[0]]
+
+
+@lru_cache(maxsize=64)
+def allreduce_factors(gpu, tp: int) -> tuple[float, float] | None:
+    """(per-byte, per-call latency) of the all-reduce vLLM runs over `tp` GPUs of `gpu`,
+    relative to the reference GPU's at the same TP (`measure_allreduce`); the per-byte
+    factor is over the ring formula at each GPU's own link bandwidth. None without both."""
+    tables = catalog()["allreduce"]
+    mine, ref = tables.get(gpu.name, {}).get(str(tp)), tables.get(REFERENCE[0], {}).get(str(tp))
+    if mine is None or ref is None:
+        return None
+    return (mine["per_byte_ratio"] / ref["per_byte_ratio"],
+            max(mine["latency_us"], 0.1) / max(ref["latency_us"], 0.1))
+
+
+def build(kernel_db_dir, out=CATALOG_FILE) -> dict:
+    """Read a kernel-db folder and write the catalog file (atomically)."""
+    from bayesblis.atomic import write_json
+    from bayesblis.io.kernel_db import read_kernel_db
+
+    nccl = {p.name for p in Path(kernel_db_dir).glob("*/comm/nccl/*") if p.is_dir()}
+    db = read_kernel_db(kernel_db_dir, versions=[FRAMEWORK_VERSION, *sorted(nccl)])
+    doc = {"source": f"kernel-db, vLLM {FRAMEWORK_VERSION} GEMM (m in {list(TOKENS)}), decode attention "
+                     f"and custom all-reduce tables, NCCL {NCCL_VERSION} all-reduce without NVLink "
+                     f"(built from {Path(kernel_db_dir).name}/ by python3 -m bayesblis.catalog.kernel_prices)",
+           **measure(db)}
+    write_json(out, doc)
+    for cached in (catalog, reference_ratios, factor, compute_factor, kv_factor, allreduce_factors):
+        cached.cache_clear()
+    return doc
+
+
+def format_table() -> str:
+    """Every catalog model x GPU x TP x dtype's weight and compute factors, as text."""
+    from bayesblis.catalog.gpus import load_gpu
+    from bayesblis.catalog.models import list_models, load_model
+
+    weight, compute = reference_ratios()
+    lines = [f"reference ratios (H100-SXM bf16): weight {weight:.3f}, compute {compute:.3f}",
+             f"{'model':<18}{'gpu':<16}{'dtype':<6}" + "".join(f"{'tp' + str(t):>13}" for t in (1, 2, 4, 8))]
+    for gpu_name, dtypes in catalog()["gemm"].items():
+        gpu = load_gpu(gpu_name)
+        for dtype in dtypes:
+            if not gpu.supports(dtype):
+                continue
+            for name in list_models():
+                model = load_model(name)
+                cells = [f"{factor(model, gpu, tp, dtype):>6.2f} {compute_factor(model, gpu, tp, dtype):>5.2f}"
+                         if model.n_heads % tp == 0 else "" for tp in (1, 2, 4, 8)]
+                lines.append(f"{name:<18}{gpu_name:<16}{dtype:<6}" + "".join(f"{c:>13}" for c in cells))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python3 -m bayesblis.catalog.kernel_prices KERNEL_DB_DIR")
+    build(sys.argv[1])
+    print(format_table())

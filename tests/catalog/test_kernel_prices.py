@@ -1,0 +1,167 @@
+"""Kernel-priced factors (bayesblis.catalog.kernel_prices): a deployment's GEMM shapes by
+hand, and every factor measured from a kernel-db folder with a known truth."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bayesblis.catalog import kernel_prices
+from bayesblis.catalog.gpus import load_gpu
+from bayesblis.catalog.models import load_model
+from bayesblis.features import Deployment
+
+REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "kernel-db"
+SIZES = [256, 1024, 4096, 16384, 65536]
+# the truth: achieved fraction of datasheet bandwidth (decode GEMMs) and FLOP/s (prefill)
+TRUTH = {("h100_sxm", "bfloat16"): (0.8, 0.8), ("h100_sxm", "fp8"): (0.4, 0.4),
+         ("a100_sxm", "bfloat16"): (0.6, 0.5)}
+DEVICE = {"h100_sxm": "NVIDIA H100 80GB HBM3", "a100_sxm": "NVIDIA A100-SXM4-80GB"}
+GPU = {"h100_sxm": "H100-SXM", "a100_sxm": "A100-SXM-80GB"}
+ATTENTION = {"h100_sxm": 1.25, "a100_sxm": 1.5}   # KV time over bytes at peak, past L2
+ALLREDUCE = {"h100_sxm": (5.0, 2e-6), "a100_sxm": (7.5, 5e-6)}   # µs, µs per byte at TP 4
+
+
+def _meta(framework, version, table):
+    return (f"schema_version: 1\nprovenance: legacy\nruntime:\n  framework: {framework}\n"
+            f"  version: '{version}'\ntables:\n  {table}:\n    status: complete\n")
+
+
+def _write(folder: Path, table: str, frame: pd.DataFrame, framework="vllm", version="0.14.0"):
+    folder.mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(folder / f"{table}.parquet")
+    (folder / "collection_meta.yaml").write_text(_meta(framework, version, table))
+
+
+def write_truth_db(root: Path) -> Path:
+    """GEMMs at max(bytes / (f_w BW), FLOPs / (f_c P)), decode attention at a fixed multiple
+    of its bytes past L2 (and far faster inside it), all-reduce as latency + slope x bytes."""
+    for gpu, device in DEVICE.items():
+        spec = load_gpu(GPU[gpu])
+        rows = []
+        for (g, dtype), (f_w, f_c) in TRUTH.items():
+            if g != gpu:
+                continue
+            width = 2 if dtype == "bfloat16" else 1
+            peak = spec.peak_flops("bf16" if dtype == "bfloat16" else "fp8")
+            for m in kernel_prices.TOKENS:
+                for n in SIZES:
+                    for k in SIZES:
+                        t = max(n * k * width / (f_w * spec.hbm_bandwidth_bytes_per_s),
+                                2 * m * n * k / (f_c * peak))
+                        rows.append((dtype, m, n, k, t * 1e3))
+        frame = pd.DataFrame(rows, columns=["gemm_dtype", "m", "n", "k", "latency"])
+        common = {"framework": "VLLM", "version": "0.14.0", "device": device, "op_name": "gemm",
+                  "kernel_source": "vllm_default"}
+        _write(root / gpu / "gemm" / "vllm" / "0.14.0", "gemm_perf", frame.assign(**common))
+
+        attention = []
+        for batch in (1, 8, 64, 128, 256):
+            for step in (127, 1023, 8191, 32767):
+                kv_bytes = batch * (step + 1) * 8 * 128 * 2 * 2
+                past = kv_bytes > kernel_prices.L2_MULTIPLE * kernel_prices.L2_BYTES[GPU[gpu]]
+                ratio = ATTENTION[gpu] if past else 0.3
+                attention.append((batch, step, kv_bytes / spec.hbm_bandwidth_bytes_per_s * ratio * 1e3))
+        frame = pd.DataFrame(attention, columns=["batch_size", "step", "latency"]).assign(
+            framework="VLLM", version="0.14.0", device=device, op_name="generation_attention",
+            kernel_source="vllm_flash_attn", isl=1, num_heads=64, num_key_value_heads=8, head_dim=128,
+            beam_width=1, attn_dtype="bfloat16", kv_cache_dtype="bfloat16")
+        _write(root / gpu / "attention" / "vllm" / "0.14.0", "generation_attention_perf", frame)
+
+        latency, slope = ALLREDUCE[gpu]
+        elements = np.array([64, 128, 2**17, 2**20, 2**23, 2**24])
+        frame = pd.DataFrame({"message_size": elements, "latency": (latency + slope * elements * 2) / 1e3}).assign(
+            framework="VLLM", version="0.14.0", device=device, op_name="all_reduce",
+            kernel_source="vLLM_custom_graph", allreduce_dtype="bfloat16", num_gpus=4, backend="vllm_graph")
+        _write(root / gpu / "comm" / "vllm" / "0.14.0", "custom_allreduce_perf", frame)
+    return root
+
+
+@pytest.fixture
+def truth_catalog(tmp_path, monkeypatch):
+    """The catalog built from the truth folder, read in place of the packaged one."""
+    out = tmp_path / "kernel_prices.json"
+    monkeypatch.setattr(kernel_prices, "CATALOG_FILE", out)
+    doc = kernel_prices.build(write_truth_db(tmp_path / "kernel-db"), out=out)
+    yield doc
+    monkeypatch.undo()
+    for cached in (kernel_prices.catalog, kernel_prices.reference_ratios, kernel_prices.factor,
+                   kernel_prices.compute_factor, kernel_prices.kv_factor, kernel_prices.allreduce_factors):
+        cached.cache_clear()
+
+
+def test_layer_gemms_of_llama_2_70b_at_tp4_by_hand():
+    # 64 heads, 8 KV heads, head 128, hidden 8192, MLP 28672, vocab 32000, 80 layers
+    shapes = kernel_prices.layer_gemms(load_model("llama-2-70b"), 4)
+    assert shapes == [((16 + 2 * 2) * 128, 8192, 80.0),   # fused QKV per GPU: 2,560 x 8,192
+                      (8192, 16 * 128, 80.0),             # output projection: 8,192 x 2,048
+                      (2 * 7168, 8192, 80.0),             # gate + up: 14,336 x 8,192
+                      (8192, 7168, 80.0),                 # down: 8,192 x 7,168
+                      (8000, 8192, 1.0)]                  # lm_head, once per step
+
+
+def test_factors_recover_the_truth(truth_catalog):
+    assert json.loads(kernel_prices.CATALOG_FILE.read_text()) == truth_catalog
+    h100, a100 = load_gpu("H100-SXM"), load_gpu("A100-SXM-80GB")
+    model = load_model("llama-2-70b")
+    # every GEMM streams at 0.8 of H100's bandwidth: the reference ratio is 1/0.8
+    weight, compute = kernel_prices.reference_ratios()
+    assert weight == pytest.approx(1 / 0.8, rel=1e-3) and compute == pytest.approx(1 / 0.8, rel=1e-3)
+    # A100 streams at 0.6 and computes at 0.5: 0.8/0.6 and 0.8/0.5 of the reference's time
+    assert kernel_prices.factor(model, a100, 4, "bf16") == pytest.approx(0.8 / 0.6, rel=1e-3)
+    assert kernel_prices.compute_factor(model, a100, 4, "bf16") == pytest.approx(0.8 / 0.5, rel=1e-3)
+    # H100 FP8 GEMMs: half the bytes at half the efficiency (0.4), so 0.8/0.4 x the bytes' time,
+    # and the FLOPs at 0.4 of the doubled FP8 peak
+    assert kernel_prices.factor(model, h100, 2, "fp8") == pytest.approx(2.0, rel=1e-3)
+    assert kernel_prices.compute_factor(model, h100, 2, "fp8") == pytest.approx(2.0, rel=1e-3)
+    assert kernel_prices.factor(model, load_gpu("L40S"), 1, "bf16") is None   # no L40S tables
+    # decode attention: only the points past L2 price KV streaming (1.5 / 1.25)
+    assert truth_catalog["decode_attention"] == {"A100-SXM-80GB": 1.5, "H100-SXM": 1.25}
+    assert kernel_prices.kv_factor(a100) == pytest.approx(1.2)
+    # all-reduce at TP 4: latency of small messages, slope over the ring formula at each link
+    per_byte, latency = kernel_prices.allreduce_factors(a100, 4)
+    formula = {g: 2 * 3 / 4 / load_gpu(GPU[g]).interconnect_bandwidth_bytes_per_s * 1e6 for g in GPU}
+    assert per_byte == pytest.approx((5e-6 / formula["a100_sxm"]) / (2e-6 / formula["h100_sxm"]), rel=1e-3)
+    assert latency == pytest.approx(7.5 / 5.0, rel=1e-3)
+    assert kernel_prices.allreduce_factors(a100, 2) is None   # TP 2 not measured
+
+
+def test_deployments_carry_the_factors(truth_catalog, monkeypatch):
+    d = Deployment("llama-2-70b", "A100", tp=4)
+    assert d.weight_stream_factor == pytest.approx(0.8 / 0.6, rel=1e-3)
+    assert d.feature_factors["kv_traffic_s"] == pytest.approx(1.2)
+    assert d.compute_factor == 1.0   # GEMM FLOP rates measured, not applied (PRICE_COMPUTE)
+    monkeypatch.setattr(kernel_prices, "PRICE_COMPUTE", True)
+    d = Deployment("llama-2-70b", "A100", tp=4)
+    assert d.feature_factors["prefill_compute_s"] == d.compute_factor == pytest.approx(1.6, rel=1e-3)
+    ref = Deployment("llama-2-70b", "H100", tp=4)
+    assert ref.feature_factors == pytest.approx({k: 1.0 for k in ref.feature_factors}, rel=1e-3)
+    # FP8 weights on H100: GEMMs at their measured FP8 rate, attention at the bf16 peak
+    fp8 = Deployment("llama-2-70b", "H100", tp=2, dtype="fp8")
+    assert fp8.attention_peak_flops_per_s == load_gpu("H100").peak_flops("bf16")
+    assert fp8.compute_factor == pytest.approx(2.0, rel=1e-3)
+    # a GPU kernel-db lacks keeps the datasheet (or its operator-profile factor)
+    assert Deployment("llama-2-70b", "L40S", tp=4).compute_factor == 1.0
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="shared kernel-db not present")
+def test_packaged_catalog_is_built_from_kernel_db(tmp_path):
+    try:
+        doc = kernel_prices.build(REAL, out=tmp_path / "kernel_prices.json")
+    finally:
+        for cached in (kernel_prices.catalog, kernel_prices.reference_ratios, kernel_prices.factor,
+                       kernel_prices.compute_factor, kernel_prices.kv_factor, kernel_prices.allreduce_factors):
+            cached.cache_clear()
+    packaged = json.loads(kernel_prices.CATALOG_FILE.read_text())
+    assert {k: v for k, v in doc.items() if k != "source"} == \
+        {k: v for k, v in packaged.items() if k != "source"}
+    # kernel-db's README: weight-bound bf16 GEMMs reach about 0.86 of H100's bandwidth, 0.66 of A100's
+    h100, a100 = load_gpu("H100-SXM"), load_gpu("A100-SXM-80GB")
+    t_h = kernel_prices.gemm_time_us("H100-SXM", "bf16", 8192, 8192, (16,))[0, 0] * 1e-6
+    t_a = kernel_prices.gemm_time_us("A100-SXM-80GB", "bf16", 8192, 8192, (16,))[0, 0] * 1e-6
+    assert 8192**2 * 2 / h100.hbm_bandwidth_bytes_per_s / t_h == pytest.approx(0.86, abs=0.03)
+    assert 8192**2 * 2 / a100.hbm_bandwidth_bytes_per_s / t_a == pytest.approx(0.66, abs=0.03)
