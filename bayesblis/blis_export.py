@@ -21,7 +21,7 @@ from bayesblis import __version__, atomic
 from bayesblis.features.alpha import ALPHA_FEATURES
 
 GO_FORMAT = "bayesblis-go"
-GO_FORMAT_VERSION = 1
+GO_FORMAT_VERSION = 2
 
 
 def go_record(deployment, beta, alpha_us, *, noise_sigma: float = 0.0, noise_nu: float = 30.0,
@@ -35,8 +35,8 @@ def go_record(deployment, beta, alpha_us, *, noise_sigma: float = 0.0, noise_nu:
     `max_num_batched_tokens` and `max_num_seqs` (0: unknown) let it predict the next step's
     length for the async emulation (`with_engine` sets them from a scenario)."""
     from bayesblis.features.beta import (AGGREGATES, BETA_FEATURES, COMPUTE_INDICES,
-                                         MEMORY_INDICES, ROOFLINE_MFU, WEIGHT_TRAFFIC_INDEX,
-                                         feature_weights)
+                                         MEMORY_INDICES, ROOFLINE_MFU, TP_COMM_INDEX,
+                                         WEIGHT_TRAFFIC_INDEX, feature_weights)
 
     beta = np.asarray(beta, float).ravel()
     alpha = np.asarray(alpha_us, float).ravel()
@@ -57,7 +57,9 @@ def go_record(deployment, beta, alpha_us, *, noise_sigma: float = 0.0, noise_nu:
         "bias": np.asarray(fm.bias, float).tolist(),
         "moe_coeff_s": float(fm.moe_coeff_s), "n_experts": int(fm.n_experts),
         "experts_per_tok": int(fm.experts_per_tok),
-        "weight_traffic_index": int(WEIGHT_TRAFFIC_INDEX),
+        "weight_traffic_index": int(WEIGHT_TRAFFIC_INDEX), "tp_comm_index": int(TP_COMM_INDEX),
+        "allreduce_tokens": np.asarray(fm.allreduce_tokens, float).tolist(),
+        "allreduce_step_s": np.asarray(fm.allreduce_step_s, float).tolist(),
         "compute_indices": [int(i) for i in COMPUTE_INDICES],
         "memory_indices": [int(i) for i in MEMORY_INDICES],
         "roofline_mfu": float(ROOFLINE_MFU),
@@ -217,5 +219,6 @@ def step_seconds(record: dict, aggregates) -> np.ndarray:
 
     fm = FeatureMap(np.asarray(record["weights"], float), np.asarray(record["bias"], float),
                     float(record["moe_coeff_s"]), int(record["n_experts"]),
-                    int(record["experts_per_tok"]))
+                    int(record["experts_per_tok"]), np.asarray(record["allreduce_tokens"], float),
+                    np.asarray(record["allreduce_step_s"], float))
     return fm.apply(np.atleast_2d(np.asarray(aggregates, float))) @ np.asarray(record["beta"], float)

@@ -13,8 +13,9 @@ runs' hardware) so the fitted coefficients keep their meaning:
   their weight bytes at datasheet bandwidth. Routed experts (fused-MoE kernels) are not
   priced here. A100 about 1.2, FP8 on H100 about 2.4 (Llama-4-Scout at TP 2);
 - `kv_factor`: decode attention's KV streaming past L2 (A100 1.16, H200 1.13, L40S 0.98);
-- `allreduce_factors`: the all-reduce vLLM runs at the TP (its custom kernel over NVLink,
-  NCCL over PCIe), per byte over the ring formula at the GPU's own link, and per call;
+- `allreduce_curve`: the time of the all-reduce vLLM runs at the TP (its custom kernel
+  over NVLink, with its one-shot/two-shot switch; NCCL over PCIe) by message size, which
+  prices a step's all-reduces whole (`allreduce_factors` summarise it against H100's);
 - `compute_factor`: the dense GEMMs' FLOP rate at `PREFILL_TOKENS`; measured and
   reported, not applied (`PRICE_COMPUTE`).
 
@@ -153,11 +154,12 @@ def measure_decode_attention(db) -> dict:
 
 
 def measure_allreduce(db) -> dict:
-    """{gpu: {tp: {"latency_us", "per_byte_ratio"}}}: the all-reduce vLLM runs (its custom
-    kernel in CUDA-graph mode on NVLink GPUs, NCCL without NVLink): latency_us = median time
-    of messages up to SMALL_ALLREDUCE_BYTES (latency-bound), per_byte_ratio = the slope of
-    a line over messages of ALLREDUCE_BYTES over the ring formula's seconds per byte at the
-    catalog's link bandwidth."""
+    """{gpu: {tp: {"bytes", "us", "latency_us", "per_byte_ratio"}}}: the all-reduce vLLM runs
+    (its custom kernel in CUDA-graph mode on NVLink GPUs, NCCL without NVLink): its measured
+    time (µs, median per message size) over message bytes; latency_us = median time of
+    messages up to SMALL_ALLREDUCE_BYTES (latency-bound), per_byte_ratio = the slope of a
+    line over messages of ALLREDUCE_BYTES over the ring formula's seconds per byte at the
+    catalog's link bandwidth (summaries for `benchmarks/kernel_db_logo.py`)."""
     from bayesblis.catalog.gpus import load_gpu
     from bayesblis.features.beta import allreduce_link_s
 
@@ -184,7 +186,9 @@ def measure_allreduce(db) -> dict:
                 continue
             slope = np.polyfit(size[keep], latency_us[keep], 1)[0]
             formula = float(allreduce_link_s(1.0, int(tp), spec.interconnect_bandwidth_bytes_per_s)) * 1e6
+            curve = by_tp.groupby("message_bytes", observed=True)["latency_us"].median().sort_index()
             out.setdefault(str(gpu), {})[str(int(tp))] = {
+                "bytes": curve.index.astype(float).tolist(), "us": curve.round(3).tolist(),
                 "latency_us": round(float(np.median(latency_us[small])), 3),
                 "per_byte_ratio": round(float(slope / formula), 4)}
     return out
@@ -232,35 +236,36 @@ def gemm_time_us(gpu: str, table_dtype: str, n, k, tokens) -> np.ndarray | None:
                      for i in rows])
 
 
-def _shapes(model, tp: int):
+def _dense_gemm_times(model, gpu: str, tp: int, compute_dtype: str, tokens):
+    """(n, k, count per step, µs [len(tokens), n shapes], table dtype) of the deployment's
+    dense GEMMs (`layer_gemms`) at `tokens`; None without a table."""
+    table = GEMM_DTYPES.get(compute_dtype)
+    if table is None:
+        return None
     n, k, count = (np.array(c, dtype=float) for c in zip(*layer_gemms(model, tp)))
-    return n, k, count
+    times_us = gemm_time_us(gpu, table, n, k, tokens)
+    return None if times_us is None else (n, k, count, times_us, table)
 
 
 def ratio(model, gpu: str, tp: int, compute_dtype: str, hbm_bandwidth_bytes_per_s: float) -> float | None:
     """A step's dense GEMM time (`layer_gemms`, mean over DECODE_TOKENS, measured) over the
     same weights' bytes at datasheet bandwidth; None when kernel-db has no table for it."""
-    table = GEMM_DTYPES.get(compute_dtype)
-    if table is None:
+    measured = _dense_gemm_times(model, gpu, tp, compute_dtype, DECODE_TOKENS)
+    if measured is None:
         return None
-    n, k, count = _shapes(model, tp)
-    times_us = gemm_time_us(gpu, table, n, k, DECODE_TOKENS)
-    if times_us is None:
-        return None
+    n, k, count, times_us, table = measured
     bytes_s = n * k * TABLE_BYTES[table] / hbm_bandwidth_bytes_per_s
     return float(np.sum(count * times_us.mean(axis=0) * 1e-6) / np.sum(count * bytes_s))
 
 
 def compute_ratio(model, gpu: str, tp: int, compute_dtype: str, peak_flops_per_s: float) -> float | None:
     """The dense GEMMs' measured time at PREFILL_TOKENS over their FLOPs at the datasheet
-    peak of `compute_dtype` (median over the token counts: one outlier GEMM does not move it); None without a table."""
-    table = GEMM_DTYPES.get(compute_dtype)
-    if table is None:
+    peak of `compute_dtype` (median over the token counts: one outlier GEMM does not move
+    it); None without a table."""
+    measured = _dense_gemm_times(model, gpu, tp, compute_dtype, PREFILL_TOKENS)
+    if measured is None:
         return None
-    n, k, count = _shapes(model, tp)
-    times_us = gemm_time_us(gpu, table, n, k, PREFILL_TOKENS)
-    if times_us is None:
-        return None
+    n, k, count, times_us, _ = measured
     tokens = np.asarray(PREFILL_TOKENS, dtype=float)[:, None]
     flops_s = 2 * tokens * n * k / peak_flops_per_s
     return float(np.median(np.sum(count * times_us * 1e-6, axis=1) / np.sum(count * flops_s, axis=1)))
@@ -329,6 +334,18 @@ def allreduce_factors(gpu, tp: int) -> tuple[float, float] | None:
             max(mine["latency_us"], 0.1) / max(ref["latency_us"], 0.1))
 
 
+@lru_cache(maxsize=64)
+def allreduce_curve(gpu, tp: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(message bytes, seconds) of one all-reduce vLLM runs over `tp` GPUs of `gpu`, as
+    measured (increasing bytes), made non-decreasing (a larger message is never faster: the
+    few smaller points timed above a larger one, e.g. NCCL on L40S at 256 B, take the
+    running maximum); None without a table for this GPU and TP."""
+    entry = catalog()["allreduce"].get(gpu.name, {}).get(str(tp))
+    if entry is None or "bytes" not in entry:
+        return None
+    return np.asarray(entry["bytes"], float), np.maximum.accumulate(np.asarray(entry["us"], float)) * 1e-6
+
+
 def build(kernel_db_dir, out=CATALOG_FILE) -> dict:
     """Read a kernel-db folder and write the catalog file (atomically)."""
     from bayesblis.atomic import write_json
@@ -341,7 +358,8 @@ def build(kernel_db_dir, out=CATALOG_FILE) -> dict:
                      f"(built from {Path(kernel_db_dir).name}/ by python3 -m bayesblis.catalog.kernel_prices)",
            **measure(db)}
     write_json(out, doc)
-    for cached in (catalog, reference_ratios, factor, compute_factor, kv_factor, allreduce_factors):
+    for cached in (catalog, reference_ratios, factor, compute_factor, kv_factor, allreduce_factors,
+                   allreduce_curve):
         cached.cache_clear()
     return doc
 

@@ -106,6 +106,11 @@ def _ms(v):
     return f"{v * 1e3:.1f} ms" if abs(v) < 1 else f"{v:.2f} s"
 
 
+TARGET_ACCEPT = 0.98
+"""NUTS target acceptance of the demo's fit: `bayesblis fit`'s (0.9 left divergent transitions
+in the demo's fit with model version 8)."""
+
+
 @click.command("demo")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("bayesblis-demo"), show_default=True, help="Output folder.")
@@ -116,8 +121,12 @@ def _ms(v):
 @click.option("--method", type=click.Choice(["nuts", "advi"]), default="nuts", show_default=True,
               help="Fit method: NUTS (nutpie) or ADVI.")
 @click.option("--draws", type=click.IntRange(min=10), default=2000, show_default=True,
-              help="Posterior draws per chain (tuning steps: as many). At 300 the fit failed "
-                   "its diagnostics (docs/sampler.md, model version 7).")
+              help="Posterior draws per chain before the first diagnostics check (tuning steps: "
+                   "as many). At 300 the fit failed its diagnostics (docs/sampler.md, model "
+                   "version 7).")
+@click.option("--max-draws", type=click.IntRange(min=10), default=4000, show_default=True,
+              help="Sample on, a quarter of --draws at a time, until the diagnostics pass, at "
+                   "most this many draws per chain (as `bayesblis fit`; NUTS only).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of truth, traffic and fit.")
 @click.option("--max-obs-per-config", type=click.IntRange(min=20), default=400, show_default=True,
               hidden=True, help="Window observations kept per configuration (subsample).")
@@ -138,7 +147,7 @@ def _ms(v):
               help="Precondition NUTS at the posterior mode (JAX backend).")
 @click.option("--quiet", "--no-progress", "quiet", is_flag=True,
               help="No progress displays (also off when stderr is not a terminal, and in CI).")
-def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chains, sim_draws,
+def command(out, fleet_name, method, draws, max_draws, seed, max_obs_per_config, tune, chains, sim_draws,
             sim_duration_s, kinds, nuts_backend, laplace, quiet):
     """Run the whole pipeline on a synthetic fleet with a known truth and compare the
     held-out configuration's coefficients and latencies to it."""
@@ -189,7 +198,9 @@ def command(out, fleet_name, method, draws, seed, max_obs_per_config, tune, chai
                f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}) "
                f"in {time.perf_counter() - t_design:.1f} s")
     sampler = {"draws": draws, "tune": tune or draws, "chains": chains, "seed": seed + 1,
-               "nuts_backend": nuts_backend,
+               "nuts_backend": nuts_backend, "target_accept": TARGET_ACCEPT,
+               **({"max_draws": max_draws, "extend_draws": max(draws // 4, 1)}
+                  if method == "nuts" and max_draws > draws else {}),
                "laplace": LAPLACE_CHOICES[laplace] if nuts_backend == "jax" else False}
     if method == "advi":
         sampler["advi_iterations"] = 15000

@@ -21,7 +21,7 @@ bias, then the MoE term and the roofline) for compiled simulators.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
@@ -69,6 +69,7 @@ tp_sync_s into the per-layer β5 and drops the others."""
 _A = {name: i for i, name in enumerate(AGGREGATES)}
 _F = {name: i for i, name in enumerate(BETA_FEATURES)}
 WEIGHT_TRAFFIC_INDEX = _F["weight_traffic_s"]
+TP_COMM_INDEX = _F["tp_comm_s"]
 COMPUTE_INDICES = (_F["prefill_compute_s"], _F["decode_compute_s"])
 MEMORY_INDICES = (_F["weight_traffic_s"], _F["kv_traffic_s"])
 
@@ -97,15 +98,19 @@ def roofline_excess(features: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class FeatureMap:
-    """features = roofline_excess(A @ weights + bias + moe_term(T) e_weight_traffic),
-    where A is [n_steps, len(AGGREGATES)], T = prefill_tokens + num_decode_reqs and
-    moe_term(T) = moe_coeff_s x n_experts x (1 - (1 - top_k/n_experts)^T)."""
+    """features = roofline_excess(A @ weights + bias + moe_term(T) e_weight_traffic
+    + allreduce_term(T) e_tp_comm), where A is [n_steps, len(AGGREGATES)], T =
+    prefill_tokens + num_decode_reqs, moe_term(T) = moe_coeff_s x n_experts x (1 - (1 -
+    top_k/n_experts)^T) and allreduce_term(T) the step's all-reduces at T tokens,
+    interpolated linearly on (allreduce_tokens, allreduce_step_s) (empty: none)."""
 
     weights: np.ndarray          # [len(AGGREGATES), len(BETA_FEATURES)], seconds per unit
     bias: np.ndarray             # [len(BETA_FEATURES)], seconds per step
     moe_coeff_s: float           # seconds per distinct expert (all MoE layers, per GPU)
     n_experts: int
     experts_per_tok: int
+    allreduce_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))  # increasing
+    allreduce_step_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # at those tokens
 
     def expected_distinct_experts(self, tokens) -> np.ndarray:
         """E[distinct routed experts per MoE layer touched by `tokens` tokens],
@@ -120,14 +125,23 @@ class FeatureMap:
         """Seconds to read the routed experts the step's tokens touch."""
         return self.moe_coeff_s * self.expected_distinct_experts(tokens)
 
+    def allreduce_term_s(self, tokens) -> np.ndarray:
+        """Seconds of the step's measured all-reduces at `tokens` tokens (0 without a curve)."""
+        tokens = np.asarray(tokens, dtype=float)
+        if not len(self.allreduce_tokens):
+            return np.zeros_like(tokens)
+        return np.interp(tokens, self.allreduce_tokens, self.allreduce_step_s)
+
     def apply(self, aggregates: np.ndarray, roofline: bool = True) -> np.ndarray:
         """Features [n_steps, n_features] from an aggregate matrix [n_steps, n_agg]
         (``roofline=False``: the compute columns hold the whole FLOP time)."""
         agg = np.asarray(aggregates, dtype=float)
         out = agg @ self.weights + self.bias
+        tokens = agg[:, _A["prefill_tokens"]] + agg[:, _A["num_decode_reqs"]]
         if self.n_experts:
-            tokens = agg[:, _A["prefill_tokens"]] + agg[:, _A["num_decode_reqs"]]
             out[:, WEIGHT_TRAFFIC_INDEX] += self.moe_term_s(tokens)
+        if len(self.allreduce_tokens):
+            out[:, TP_COMM_INDEX] += self.allreduce_term_s(tokens)
         return roofline_excess(out) if roofline else out
 
 
@@ -205,12 +219,19 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
         W[a[name], f["kv_traffic_s"]] = kv
         W[a[name], f["kv_token_layer_s"]] = m.n_layers * NS
 
-    if d.tp > 1:  # per token: its activations (hidden x 2 B) in every all-reduce of the step
-        per_token = (d.allreduce_byte_factor * ALLREDUCES_PER_LAYER * m.n_layers
+    allreduce_tokens = allreduce_step_s = np.zeros(0)
+    if d.tp > 1 and d.allreduce_curve is not None:
+        # the step's ALLREDUCES_PER_LAYER x L all-reduces of T x hidden x 2 B, as measured
+        # (latency and the one-shot/two-shot switch included: tp_sync_s is 0)
+        message_bytes, seconds = d.allreduce_curve
+        allreduce_tokens = message_bytes / (m.hidden_size * ACTIVATION_BYTES)
+        allreduce_step_s = ALLREDUCES_PER_LAYER * m.n_layers * seconds
+    elif d.tp > 1:  # per token: its activations (hidden x 2 B) in every all-reduce of the step
+        per_token = (ALLREDUCES_PER_LAYER * m.n_layers
                      * float(allreduce_link_s(m.hidden_size * ACTIVATION_BYTES, d.tp, link)))
         W[a["prefill_tokens"], f["tp_comm_s"]] = per_token
         W[a["num_decode_reqs"], f["tp_comm_s"]] = per_token
-        b[f["tp_sync_s"]] = d.allreduce_latency_factor * m.n_layers * allreduce_rounds_per_layer(d.tp) * US
+        b[f["tp_sync_s"]] = m.n_layers * allreduce_rounds_per_layer(d.tp) * US
     if d.ep > 1:
         per_token = (2 * m.n_moe_layers * m.n_experts_per_tok * m.hidden_size * ACTIVATION_BYTES
                      * (d.ep - 1) / d.ep / link)
@@ -224,9 +245,12 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
     b[f["step_overhead_s"]] = US
     W.setflags(write=False)
     b.setflags(write=False)
+    for arr in (allreduce_tokens, allreduce_step_s):
+        arr.setflags(write=False)
     return FeatureMap(weights=W, bias=b, moe_coeff_s=moe_coeff,
                       n_experts=m.n_experts if m.is_moe else 0,
-                      experts_per_tok=m.n_experts_per_tok if m.is_moe else 0)
+                      experts_per_tok=m.n_experts_per_tok if m.is_moe else 0,
+                      allreduce_tokens=allreduce_tokens, allreduce_step_s=allreduce_step_s)
 
 
 def linear_layer_features(deployment: Deployment, tokens, *, layer_constant: bool = True,
@@ -270,9 +294,12 @@ def allreduce_features(gpu, tp: int, message_bytes) -> np.ndarray:
     """Features [n, len(BETA_FEATURES)] of ONE all-reduce of `message_bytes` (scalar or
     1-D) over `tp` GPUs of `gpu` (a catalog name or GpuSpec): the share of a step's
     ``tp_comm_s`` and ``tp_sync_s`` that one of its ALLREDUCES_PER_LAYER x n_layers
-    all-reduces carries (a step of T tokens all-reduces T x hidden x 2 B each time):
-    ``tp_comm_s`` = `allreduce_link_s` over the GPU's interconnect, ``tp_sync_s`` =
-    log2(tp) rounds x 1 µs. Other features are 0."""
+    all-reduces carries (a step of T tokens all-reduces T x hidden x 2 B each time): where
+    kernel-db measured the GPU at this TP, ``tp_comm_s`` = that all-reduce's measured time
+    (`catalog.kernel_prices.allreduce_curve`, linear between the measured sizes) and
+    ``tp_sync_s`` 0; else ``tp_comm_s`` = `allreduce_link_s` over the GPU's interconnect and
+    ``tp_sync_s`` = log2(tp) rounds x 1 µs. Other features are 0."""
+    from bayesblis.catalog import kernel_prices
     from bayesblis.catalog.gpus import load_gpu
 
     spec = load_gpu(gpu)
@@ -282,6 +309,10 @@ def allreduce_features(gpu, tp: int, message_bytes) -> np.ndarray:
     if size.ndim != 1 or not np.all(np.isfinite(size)) or np.any(size <= 0):
         raise ValueError("message_bytes must be positive and finite (scalar or 1-D)")
     out = np.zeros((len(size), len(BETA_FEATURES)))
+    curve = kernel_prices.allreduce_curve(spec, int(tp))
+    if curve is not None:
+        out[:, _F["tp_comm_s"]] = np.interp(size, *curve)
+        return out
     out[:, _F["tp_comm_s"]] = allreduce_link_s(size, int(tp), spec.interconnect_bandwidth_bytes_per_s)
     out[:, _F["tp_sync_s"]] = allreduce_rounds(int(tp)) * US
     return out

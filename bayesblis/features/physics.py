@@ -53,10 +53,11 @@ class Deployment:
     kernel-db has no table): FP8 GEMMs on H100 reach about half the FLOP rate their
     datasheet doubles. `attention_peak_flops_per_s`: the peak attention runs at (bf16 for
     FP8 and INT8 deployments). `kv_stream_factor`: decode attention's measured KV
-    streaming time on this GPU relative to H100's; `allreduce_byte_factor` and
-    `allreduce_latency_factor`: the per-byte and per-call time of the all-reduce vLLM runs
-    at this TP (its custom kernel over NVLink, NCCL over PCIe) relative to H100's. All 1
-    where kernel-db lacks the GPU. `feature_factors` collects them per step feature.
+    streaming time on this GPU relative to H100's (1 where kernel-db lacks the GPU);
+    `feature_factors` collects the factors per step feature. `allreduce_curve`: (message
+    bytes, seconds) of one all-reduce vLLM runs at this TP (its custom kernel over NVLink,
+    NCCL over PCIe) as kernel-db measured it, which then prices the step's all-reduces
+    whole; None without TP or a table (the ring formula and per-round latency instead).
     """
 
     model: ModelArch
@@ -80,8 +81,7 @@ class Deployment:
     compute_factor: float = field(init=False)
     attention_peak_flops_per_s: float = field(init=False)
     kv_stream_factor: float = field(init=False)
-    allreduce_byte_factor: float = field(init=False)
-    allreduce_latency_factor: float = field(init=False)
+    allreduce_curve: tuple | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self):
         model, gpu = load_model(self.model), load_gpu(self.gpu)
@@ -134,7 +134,7 @@ class Deployment:
             stream = weight_streaming.factor(gpu.name, model.name, tp, weight_bytes)
         gemm_compute = kernel_prices.compute_factor(model, gpu, tp, compute) if kernel_prices.PRICE_COMPUTE else None
         kv_stream = kernel_prices.kv_factor(gpu)
-        allreduce = kernel_prices.allreduce_factors(gpu, tp) if tp > 1 else None
+        allreduce = kernel_prices.allreduce_curve(gpu, tp) if tp > 1 else None
         # FlashAttention computes in bf16 whatever the weights' dtype
         attention_peak = gpu.peak_flops("bf16") if compute in LOW_PRECISION and gpu.supports("bf16") else peak
         for key, value in (("dtype", compute), ("compute_dtype", compute),
@@ -146,8 +146,7 @@ class Deployment:
                            ("compute_factor", 1.0 if gemm_compute is None else gemm_compute),
                            ("attention_peak_flops_per_s", attention_peak),
                            ("kv_stream_factor", 1.0 if kv_stream is None else kv_stream),
-                           ("allreduce_byte_factor", 1.0 if allreduce is None else allreduce[0]),
-                           ("allreduce_latency_factor", 1.0 if allreduce is None else allreduce[1])):
+                           ("allreduce_curve", allreduce)):
             object.__setattr__(self, key, value)
 
     @property
@@ -156,8 +155,7 @@ class Deployment:
         what an export to a simulator pricing raw bytes and FLOPs (BLIS) folds into the
         coefficients."""
         return {"prefill_compute_s": self.compute_factor, "decode_compute_s": self.compute_factor,
-                "weight_traffic_s": self.weight_stream_factor, "kv_traffic_s": self.kv_stream_factor,
-                "tp_comm_s": self.allreduce_byte_factor, "tp_sync_s": self.allreduce_latency_factor}
+                "weight_traffic_s": self.weight_stream_factor, "kv_traffic_s": self.kv_stream_factor}
 
     # ---- identity -------------------------------------------------------------
     @property

@@ -54,8 +54,10 @@ BETA_PRIORS = {
     "kv_token_layer_s": {"median": 0.2, "log_sd": 1.2, "levels": SOFTWARE},
     # TP all-reduce grows with the tokens of the step, like the linear part of compute:
     # one configuration's data barely separate them, so no per-configuration effect.
-    # Bytes over the datasheet link bandwidth, floored at it (below 1 a link faster than
-    # its datasheet); centred on the operator profiles' 1.20 (H100 NVLink, NCCL; A100
+    # On a GPU kernel-db measured, the feature is vLLM's own all-reduce time (model version
+    # 8) and the floor says serving is no faster than that kernel; elsewhere it is bytes over
+    # the datasheet link bandwidth, floored at it (below 1 a link faster than its
+    # datasheet). Centred on the operator profiles' 1.20 (H100 NVLink, NCCL; A100
     # 1.78). Unfloored, fits of the shared runs put it at ~0.22 (4.5x the link), and the
     # floor makes held-out predictions better: by model E2E 5.6 / 3.5% -> 3.7 / 3.1%
     # (seeds 1 / 2), overloaded stages 13.2 / 15.2% -> 9.6 / 7.3% (docs/history.md,
@@ -67,7 +69,8 @@ BETA_PRIORS = {
     "tp_comm_s": {"median": 1.2, "log_sd": 0.8, "floor": 1.0, "levels": SOFTWARE},
     # All-reduce latency per exchange round (2 all-reduces per layer, log2(tp) rounds each):
     # small messages of decode are latency-bound, so the bandwidth feature above misses it.
-    # NVLink all-reduce of a few KB takes ~5-20 µs; one value per GPU (interconnect).
+    # NVLink all-reduce of a few KB takes ~5-20 µs; one value per GPU (interconnect). 0 where
+    # the measured all-reduce (latency included) prices tp_comm_s: there only the prior speaks.
     "tp_sync_s": {"median": 8.0, "log_sd": 0.8, "levels": SOFTWARE},
     "ep_comm_s": {"median": 1.0, "log_sd": 1.0, "levels": MACHINE},
     "offload_s": {"median": 1.0, "log_sd": 0.8, "levels": MACHINE},

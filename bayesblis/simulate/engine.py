@@ -167,9 +167,11 @@ class EngineRun:
 
 # Constants layout: [n_features, n_aggregates, weight_traffic_index, moe_coeff_s,
 # n_experts, experts_per_tok, prefill_compute_index, decode_compute_index,
-# kv_traffic_index, roofline_mfu, W (n_agg x n_feat, row-major), bias (n_feat)]
-# -- the affine `features.beta.FeatureMap`, its MoE expert-traffic term and its roofline.
-_HEADER = 10
+# kv_traffic_index, roofline_mfu, tp_comm_index, W (n_agg x n_feat, row-major),
+# bias (n_feat), n_curve, curve tokens (n_curve), curve seconds (n_curve)]
+# -- the affine `features.beta.FeatureMap`, its MoE expert-traffic term, its measured
+# all-reduce curve and its roofline.
+_HEADER = 11
 
 
 def deployment_constants(deployment) -> np.ndarray:
@@ -177,7 +179,7 @@ def deployment_constants(deployment) -> np.ndarray:
     `bayesblis.features.beta.feature_weights(deployment)`."""
     from bayesblis.features.beta import AGGREGATES as FEATURE_AGGREGATES
     from bayesblis.features.beta import (COMPUTE_INDICES, MEMORY_INDICES, ROOFLINE_MFU,
-                                         WEIGHT_TRAFFIC_INDEX, feature_weights)
+                                         TP_COMM_INDEX, WEIGHT_TRAFFIC_INDEX, feature_weights)
 
     if tuple(FEATURE_AGGREGATES) != AGGREGATES:
         raise RuntimeError(f"features.beta.AGGREGATES {FEATURE_AGGREGATES} != engine {AGGREGATES}")
@@ -187,8 +189,10 @@ def deployment_constants(deployment) -> np.ndarray:
     w = np.asarray(fm.weights, float)
     n_agg, n_feat = w.shape
     head = [n_feat, n_agg, WEIGHT_TRAFFIC_INDEX, fm.moe_coeff_s, fm.n_experts, fm.experts_per_tok,
-            COMPUTE_INDICES[0], COMPUTE_INDICES[1], MEMORY_INDICES[1], ROOFLINE_MFU]
-    return np.concatenate([np.asarray(head, float), w.ravel(), np.asarray(fm.bias, float)])
+            COMPUTE_INDICES[0], COMPUTE_INDICES[1], MEMORY_INDICES[1], ROOFLINE_MFU, TP_COMM_INDEX]
+    curve = [np.asarray([len(fm.allreduce_tokens)], float), np.asarray(fm.allreduce_tokens, float),
+             np.asarray(fm.allreduce_step_s, float)]
+    return np.concatenate([np.asarray(head, float), w.ravel(), np.asarray(fm.bias, float), *curve])
 
 
 def beta_feature_names() -> tuple:
@@ -234,6 +238,24 @@ def _features(c, p_tok, p_ctx, p_pairs, n_p, n_d, d_ctx, offload, out):
     if n_exp > 0:
         miss = 1.0 - c[5] / n_exp
         out[int(c[2])] += c[3] * n_exp * (1.0 - miss ** (p_tok + n_d))
+    # measured all-reduces of the step (= FeatureMap.allreduce_term_s: np.interp)
+    k0 = b0 + n_feat
+    n_curve = int(c[k0])
+    if n_curve > 0:
+        tokens = p_tok + n_d
+        t0 = k0 + 1
+        s0 = t0 + n_curve
+        if tokens <= c[t0]:
+            ar = c[s0]
+        elif tokens >= c[t0 + n_curve - 1]:
+            ar = c[s0 + n_curve - 1]
+        else:
+            j = 1
+            while c[t0 + j] < tokens:
+                j += 1
+            x0, x1 = c[t0 + j - 1], c[t0 + j]
+            ar = c[s0 + j - 1] + (c[s0 + j] - c[s0 + j - 1]) * (tokens - x0) / (x1 - x0)
+        out[int(c[10])] += ar
     # roofline: the compute columns keep only their excess over the memory time
     # (= features.beta.roofline_excess)
     ip, idc = int(c[6]), int(c[7])

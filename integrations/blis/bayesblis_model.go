@@ -8,7 +8,7 @@
 // bayesblis/simulate/engine.py `_features`): the step's batch aggregates (prefill tokens,
 // their context and attention pairs, prefill and decode requests, decode context) go
 // through the per-deployment affine feature map the coefficient file holds (weights,
-// bias, the MoE expert-traffic term), the compute features keep only their excess over
+// bias, the MoE expert-traffic term, the measured all-reduce curve), the compute features keep only their excess over
 // the memory time (the roofline), and the step time is features . beta, times
 // max(0.05, 1 + sigma * StudentT(nu)) when the file asks for per-step noise. No model
 // physics lives here: `bayesblis coefficients ... --format bayesblis-go` writes every
@@ -46,6 +46,7 @@ import (
 	"math"
 	"math/rand"
 	"os"
+	"sort"
 
 	"github.com/inference-sim/inference-sim/sim"
 )
@@ -74,6 +75,9 @@ type bayesblisFile struct {
 	NExperts        float64     `json:"n_experts"`
 	ExpertsPerTok   float64     `json:"experts_per_tok"`
 	WeightIndex     int         `json:"weight_traffic_index"`
+	TPCommIndex     int         `json:"tp_comm_index"`
+	ARTokens        []float64   `json:"allreduce_tokens"` // measured all-reduce curve: step tokens (increasing)
+	ARStepS         []float64   `json:"allreduce_step_s"` // and the step's all-reduce seconds at them
 	ComputeIndices  [2]int      `json:"compute_indices"`
 	MemoryIndices   [2]int      `json:"memory_indices"`
 	RooflineMFU     float64     `json:"roofline_mfu"`
@@ -159,8 +163,8 @@ func (f *bayesblisFile) validate() error {
 	if f.Format != BayesblisFormat {
 		return fmt.Errorf("format %q, expected %q", f.Format, BayesblisFormat)
 	}
-	if f.FormatVersion != 1 {
-		return fmt.Errorf("format_version %d, expected 1", f.FormatVersion)
+	if f.FormatVersion != 2 {
+		return fmt.Errorf("format_version %d, expected 2", f.FormatVersion)
 	}
 	if len(f.Aggregates) != len(bayesblisAggregates) {
 		return fmt.Errorf("aggregates %v, expected %v", f.Aggregates, bayesblisAggregates)
@@ -183,7 +187,15 @@ func (f *bayesblisFile) validate() error {
 	if len(f.AlphaUs) != 4 {
 		return fmt.Errorf("alpha_us has %d entries, expected 4 (%v)", len(f.AlphaUs), f.AlphaFeatures)
 	}
-	for _, idx := range []int{f.WeightIndex, f.ComputeIndices[0], f.ComputeIndices[1], f.MemoryIndices[0], f.MemoryIndices[1]} {
+	if len(f.ARTokens) != len(f.ARStepS) {
+		return fmt.Errorf("allreduce_tokens has %d entries, allreduce_step_s %d", len(f.ARTokens), len(f.ARStepS))
+	}
+	for i := 1; i < len(f.ARTokens); i++ {
+		if !(f.ARTokens[i] > f.ARTokens[i-1]) {
+			return fmt.Errorf("allreduce_tokens not increasing at entry %d", i)
+		}
+	}
+	for _, idx := range []int{f.WeightIndex, f.TPCommIndex, f.ComputeIndices[0], f.ComputeIndices[1], f.MemoryIndices[0], f.MemoryIndices[1]} {
 		if idx < 0 || idx >= nF {
 			return fmt.Errorf("feature index %d out of range [0, %d)", idx, nF)
 		}
@@ -192,7 +204,7 @@ func (f *bayesblisFile) validate() error {
 		return fmt.Errorf("block_size %d, expected >= 1", f.BlockSize)
 	}
 	all := append(append(append([]float64{}, f.Beta...), f.AlphaUs...), f.Bias...)
-	for _, v := range append(all, f.NoiseSigma, f.MoECoeffS) {
+	for _, v := range append(append(all, f.ARStepS...), f.NoiseSigma, f.MoECoeffS) {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			return fmt.Errorf("coefficient %v is not a finite non-negative number", v)
 		}
@@ -216,6 +228,19 @@ func (m *BayesblisModel) StepSeconds(agg []float64) float64 {
 	if f.NExperts > 0 {
 		miss := 1.0 - f.ExpertsPerTok/f.NExperts
 		m.feat[f.WeightIndex] += f.MoECoeffS * f.NExperts * (1.0 - math.Pow(miss, agg[0]+agg[4]))
+	}
+	if n := len(f.ARTokens); n > 0 { // measured all-reduces, linear between the points (numpy interp)
+		t := agg[0] + agg[4]
+		switch {
+		case t <= f.ARTokens[0]:
+			m.feat[f.TPCommIndex] += f.ARStepS[0]
+		case t >= f.ARTokens[n-1]:
+			m.feat[f.TPCommIndex] += f.ARStepS[n-1]
+		default:
+			j := sort.SearchFloat64s(f.ARTokens, t)
+			x0, x1 := f.ARTokens[j-1], f.ARTokens[j]
+			m.feat[f.TPCommIndex] += f.ARStepS[j-1] + (f.ARStepS[j]-f.ARStepS[j-1])*(t-x0)/(x1-x0)
+		}
 	}
 	ip, id := f.ComputeIndices[0], f.ComputeIndices[1]
 	compute := m.feat[ip] + m.feat[id]

@@ -13,7 +13,7 @@ import pytest
 from bayesblis.catalog import kernel_prices
 from bayesblis.catalog.gpus import load_gpu
 from bayesblis.catalog.models import load_model
-from bayesblis.features import Deployment
+from bayesblis.features import BETA_FEATURES, Deployment, beta_features
 
 REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "kernel-db"
 SIZES = [256, 1024, 4096, 16384, 65536]
@@ -138,6 +138,13 @@ def test_deployments_carry_the_factors(truth_catalog, monkeypatch):
     monkeypatch.setattr(kernel_prices, "PRICE_COMPUTE", True)
     d = Deployment("llama-2-70b", "A100", tp=4)
     assert d.feature_factors["prefill_compute_s"] == d.compute_factor == pytest.approx(1.6, rel=1e-3)
+    # the step's all-reduces at vLLM's measured time: 100 tokens of 8192 x 2 B = 1,638,400 B
+    # each, 7.5 µs + 5e-6 µs/B (the truth, linear between the measured sizes) -> 15.692 µs,
+    # 2 per layer x 80 layers; latency included, so no per-round term
+    step = beta_features(d, prefill_tokens=0, prefill_context_tokens=0, prefill_attention_pairs=0,
+                         num_prefill_reqs=0, num_decode_reqs=100, decode_context_tokens=0)[0]
+    assert step[BETA_FEATURES.index("tp_comm_s")] == pytest.approx(160 * 15.692e-6, rel=1e-4)  # ns rounding
+    assert step[BETA_FEATURES.index("tp_sync_s")] == 0
     ref = Deployment("llama-2-70b", "H100", tp=4)
     assert ref.feature_factors == pytest.approx({k: 1.0 for k in ref.feature_factors}, rel=1e-3)
     # FP8 weights on H100: GEMMs at their measured FP8 rate, attention at the bf16 peak

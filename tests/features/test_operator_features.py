@@ -62,11 +62,17 @@ def test_per_layer_share_sums_to_the_step_linear_compute():
 
 
 def test_all_reduce_by_hand_and_as_the_step_shares():
-    f = allreduce_features("H100", 8, [16 * 2**20])[0]
-    # ring all-reduce: 16,777,216 B x 2 x 7/8 over 450 GB/s per direction -> 65.24 µs
-    assert f[F["tp_comm_s"]] == pytest.approx(16_777_216 * 2 * 7 / 8 / 450e9, rel=1e-12)
+    # A40 (not in kernel-db): the ring formula over its link (PCIe, 32 GB/s per direction)
+    # and log2(tp) rounds of latency: 16,777,216 B x 2 x 7/8 / 32e9 -> 917.5 µs
+    f = allreduce_features("A40", 8, [16 * 2**20])[0]
+    assert f[F["tp_comm_s"]] == pytest.approx(16_777_216 * 2 * 7 / 8 / 32e9, rel=1e-12)
     assert f[F["tp_sync_s"]] == pytest.approx(3e-6)  # log2(8) rounds x 1 µs
     assert np.count_nonzero(f) == 2
+    # H100 (in kernel-db): vLLM's measured all-reduce, whole; README: 4.9 / 11.4 µs at 1 / 32
+    # tokens of an 8192-wide model at TP 4 (16 KiB and 512 KiB)
+    h100 = allreduce_features("H100", 4, [16 * 2**10, 512 * 2**10])
+    assert h100[:, F["tp_comm_s"]] * 1e6 == pytest.approx([4.9, 11.4], abs=0.1)
+    assert not h100[:, F["tp_sync_s"]].any()
     # a step of T tokens runs 2 x n_layers all-reduces of T x hidden x 2 B each
     dep = Deployment("llama-2-70b", "H100", tp=4)
     step = beta_features(dep, prefill_tokens=300, prefill_context_tokens=0, prefill_attention_pairs=0,

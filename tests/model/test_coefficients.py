@@ -52,12 +52,12 @@ def test_blis_export_folds_the_kernel_priced_factors_into_their_slots(tiny_fit):
 
     _, path, _ = tiny_fit
     dep = Deployment("llama-2-70b", "A100", tp=4)  # A100's GEMMs stream slower than H100's
-    assert dep.weight_stream_factor > 1.1 and dep.feature_factors["tp_comm_s"] != 1.0
+    assert dep.weight_stream_factor > 1.1 and dep.feature_factors["kv_traffic_s"] > 1.1
     draws = deployment_draws(load_posterior(path), dep)
     assert draws.feature_factors == dep.feature_factors == draws.mean().feature_factors
     record = export_record(draws)
     assert record["blis"]["feature_factors"] == dep.feature_factors
-    for slot, name in ((0, "prefill_compute_s"), (2, "weight_traffic_s"), (3, "tp_comm_s")):
+    for slot, name in ((0, "prefill_compute_s"), (2, "weight_traffic_s"), (8, "kv_traffic_s")):
         k = draws.beta_features.index(name)
         assert record["blis"]["beta_coeffs"][slot] == pytest.approx(
             draws.beta[:, k].mean() * dep.feature_factors[name], rel=1e-9)
