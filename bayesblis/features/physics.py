@@ -48,10 +48,10 @@ class Deployment:
     priced from vLLM's measured GEMM kernels, relative to H100 bf16
     (`catalog.kernel_prices`); for a GPU kernel-db lacks, the model's operator-profile
     factor relative to the GPU's own reference (`catalog.weight_streaming`); else 1.
-    `compute_factor`: the dense GEMMs' measured time at prefill sizes over their FLOPs at
-    the dtype's datasheet peak, relative to H100 bf16 (`catalog.kernel_prices`; 1 where
-    kernel-db has no table): FP8 GEMMs on H100 reach about half the FLOP rate their
-    datasheet doubles. `attention_peak_flops_per_s`: the peak attention runs at (bf16 for
+    `compute_factor`: 1, unless `catalog.kernel_prices.PRICE_COMPUTE`: then the dense
+    GEMMs' measured time at prefill sizes over their FLOPs at the dtype's datasheet peak,
+    relative to H100 bf16 (FP8 GEMMs on H100 reach about half the FLOP rate their
+    datasheet doubles). `attention_peak_flops_per_s`: the peak attention runs at (bf16 for
     FP8 and INT8 deployments). `kv_stream_factor`: decode attention's measured KV
     streaming time on this GPU relative to H100's (1 where kernel-db lacks the GPU);
     `feature_factors` collects the factors per step feature. `allreduce_curve`: (message
