@@ -23,8 +23,8 @@ Without tables for the GPU (and dtype) a factor is None: the deployment keeps th
 datasheet (for weights, the operator-profile factor of `catalog.weight_streaming`).
 
 The tables live in ``kernel_prices.json`` beside this module (log GEMM latency over the
-(n, k) grid at each token count per GPU and GEMM dtype; decode-attention and all-reduce
-ratios per GPU), built from a kernel-db folder by ``python3 -m
+(n, k) grid at each token count per GPU and GEMM dtype; the decode-attention ratio and the
+all-reduce curves per GPU), built from a kernel-db folder by ``python3 -m
 bayesblis.catalog.kernel_prices KERNEL_DB_DIR``; nothing reads kernel-db at run time.
 """
 
@@ -45,7 +45,7 @@ DECODE_TOKENS = (8, 16, 32, 64)
 is the mean over them."""
 PREFILL_TOKENS = (1024, 2048, 4096)
 """Token counts of prefill chunks' GEMMs (compute-bound): the achieved FLOP rate is the
-mean over them."""
+median over them."""
 TOKENS = DECODE_TOKENS + PREFILL_TOKENS
 GEMM_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 """Compute dtype -> the GEMM table that prices it (fp16 runs the bf16 kernels' shapes)."""
@@ -53,8 +53,8 @@ TABLE_BYTES = {"bf16": 2.0, "fp8": 1.0}
 PRICE_COMPUTE = False
 """Whether deployments carry `compute_factor` (their dense GEMMs' measured FLOP rate). Off:
 measured on the new-model check (docs/kernel-db.md), it priced Llama-4-Scout's FP8 GEMMs at
-2.6x the reference's FLOP time and turned its E2E from 2% too fast to 8% too slow, and no
-traced configuration measures what it adds elsewhere."""
+2.6x the reference's FLOP time and moved its E2E from 2% to 8% too slow (median, seed 1),
+and no traced configuration measures what it adds elsewhere."""
 REFERENCE = ("H100-SXM", "bf16")
 """The GPU and dtype every factor is relative to: the traced runs'."""
 L2_BYTES = {"H100-SXM": 50e6, "A100-SXM-80GB": 40e6, "L40S": 96e6, "H200-SXM": 50e6}
