@@ -15,7 +15,8 @@ runs' hardware) so the fitted coefficients keep their meaning:
 - `kv_factor`: decode attention's KV streaming past L2 (A100 1.16, H200 1.13, L40S 0.98);
 - `allreduce_curve`: the time of the all-reduce vLLM runs at the TP (its custom kernel
   over NVLink, with its one-shot/two-shot switch; NCCL over PCIe) by message size, which
-  prices a step's all-reduces whole (`allreduce_factors` summarise it against H100's);
+  prices a step's all-reduces whole (its per-byte and per-call summaries feed
+  `benchmarks/kernel_db_logo.py`);
 - `compute_factor`: the dense GEMMs' FLOP rate at `PREFILL_TOKENS`; measured and
   reported, not applied (`PRICE_COMPUTE`).
 
@@ -322,19 +323,6 @@ def kv_factor(gpu) -> float | None:
 
 
 @lru_cache(maxsize=64)
-def allreduce_factors(gpu, tp: int) -> tuple[float, float] | None:
-    """(per-byte, per-call latency) of the all-reduce vLLM runs over `tp` GPUs of `gpu`,
-    relative to the reference GPU's at the same TP (`measure_allreduce`); the per-byte
-    factor is over the ring formula at each GPU's own link bandwidth. None without both."""
-    tables = catalog()["allreduce"]
-    mine, ref = tables.get(gpu.name, {}).get(str(tp)), tables.get(REFERENCE[0], {}).get(str(tp))
-    if mine is None or ref is None:
-        return None
-    return (mine["per_byte_ratio"] / ref["per_byte_ratio"],
-            max(mine["latency_us"], 0.1) / max(ref["latency_us"], 0.1))
-
-
-@lru_cache(maxsize=64)
 def allreduce_curve(gpu, tp: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(message bytes, seconds) of one all-reduce vLLM runs over `tp` GPUs of `gpu`, as
     measured (increasing bytes), made non-decreasing (a larger message is never faster: the
@@ -358,10 +346,15 @@ def build(kernel_db_dir, out=CATALOG_FILE) -> dict:
                      f"(built from {Path(kernel_db_dir).name}/ by python3 -m bayesblis.catalog.kernel_prices)",
            **measure(db)}
     write_json(out, doc)
-    for cached in (catalog, reference_ratios, factor, compute_factor, kv_factor, allreduce_factors,
-                   allreduce_curve):
-        cached.cache_clear()
+    clear_caches()
     return doc
+
+
+def clear_caches() -> None:
+    """Forget what was read or priced from the catalog file (after it was rewritten, or
+    pointed elsewhere)."""
+    for cached in (catalog, reference_ratios, factor, compute_factor, kv_factor, allreduce_curve):
+        cached.cache_clear()
 
 
 def format_table() -> str:

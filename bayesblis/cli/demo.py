@@ -21,6 +21,7 @@ from pathlib import Path
 
 import click
 
+from bayesblis.cli.fit import DEFAULTS as FIT_DEFAULTS
 from bayesblis.model.laplace import CHOICES as LAPLACE_CHOICES
 from bayesblis.reconstruct import FIT_KINDS
 
@@ -106,11 +107,6 @@ def _ms(v):
     return f"{v * 1e3:.1f} ms" if abs(v) < 1 else f"{v:.2f} s"
 
 
-TARGET_ACCEPT = 0.98
-"""NUTS target acceptance of the demo's fit: `bayesblis fit`'s (0.9 left divergent transitions
-in the demo's fit with model version 8)."""
-
-
 @click.command("demo")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("bayesblis-demo"), show_default=True, help="Output folder.")
@@ -124,7 +120,8 @@ in the demo's fit with model version 8)."""
               help="Posterior draws per chain before the first diagnostics check (tuning steps: "
                    "as many). At 300 the fit failed its diagnostics (docs/sampler.md, model "
                    "version 7).")
-@click.option("--max-draws", type=click.IntRange(min=10), default=4000, show_default=True,
+@click.option("--max-draws", type=click.IntRange(min=10), default=FIT_DEFAULTS["max_draws"],
+              show_default=True,
               help="Sample on, a quarter of --draws at a time, until the diagnostics pass, at "
                    "most this many draws per chain (as `bayesblis fit`; NUTS only).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of truth, traffic and fit.")
@@ -198,7 +195,9 @@ def command(out, fleet_name, method, draws, max_draws, seed, max_obs_per_config,
                f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}) "
                f"in {time.perf_counter() - t_design:.1f} s")
     sampler = {"draws": draws, "tune": tune or draws, "chains": chains, "seed": seed + 1,
-               "nuts_backend": nuts_backend, "target_accept": TARGET_ACCEPT,
+               "nuts_backend": nuts_backend,
+               # `bayesblis fit`'s (0.9 left divergent transitions in the demo's fit, model version 8)
+               "target_accept": FIT_DEFAULTS["target_accept"],
                **({"max_draws": max_draws, "extend_draws": max(draws // 4, 1)}
                   if method == "nuts" and max_draws > draws else {}),
                "laplace": LAPLACE_CHOICES[laplace] if nuts_backend == "jax" else False}

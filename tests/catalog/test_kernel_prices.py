@@ -89,9 +89,7 @@ def truth_catalog(tmp_path, monkeypatch):
     doc = kernel_prices.build(write_truth_db(tmp_path / "kernel-db"), out=out)
     yield doc
     monkeypatch.undo()
-    for cached in (kernel_prices.catalog, kernel_prices.reference_ratios, kernel_prices.factor,
-                   kernel_prices.compute_factor, kernel_prices.kv_factor, kernel_prices.allreduce_factors):
-        cached.cache_clear()
+    kernel_prices.clear_caches()
 
 
 def test_layer_gemms_of_llama_2_70b_at_tp4_by_hand():
@@ -123,11 +121,13 @@ def test_factors_recover_the_truth(truth_catalog):
     assert truth_catalog["decode_attention"] == {"A100-SXM-80GB": 1.5, "H100-SXM": 1.25}
     assert kernel_prices.kv_factor(a100) == pytest.approx(1.2)
     # all-reduce at TP 4: latency of small messages, slope over the ring formula at each link
-    per_byte, latency = kernel_prices.allreduce_factors(a100, 4)
+    summary = {g: truth_catalog["allreduce"][GPU[g]]["4"] for g in GPU}
     formula = {g: 2 * 3 / 4 / load_gpu(GPU[g]).interconnect_bandwidth_bytes_per_s * 1e6 for g in GPU}
+    per_byte = summary["a100_sxm"]["per_byte_ratio"] / summary["h100_sxm"]["per_byte_ratio"]
+    latency = summary["a100_sxm"]["latency_us"] / summary["h100_sxm"]["latency_us"]
     assert per_byte == pytest.approx((5e-6 / formula["a100_sxm"]) / (2e-6 / formula["h100_sxm"]), rel=1e-3)
     assert latency == pytest.approx(7.5 / 5.0, rel=1e-3)
-    assert kernel_prices.allreduce_factors(a100, 2) is None   # TP 2 not measured
+    assert kernel_prices.allreduce_curve(a100, 2) is None   # TP 2 not measured
 
 
 def test_deployments_carry_the_factors(truth_catalog, monkeypatch):
@@ -160,9 +160,7 @@ def test_packaged_catalog_is_built_from_kernel_db(tmp_path):
     try:
         doc = kernel_prices.build(REAL, out=tmp_path / "kernel_prices.json")
     finally:
-        for cached in (kernel_prices.catalog, kernel_prices.reference_ratios, kernel_prices.factor,
-                       kernel_prices.compute_factor, kernel_prices.kv_factor, kernel_prices.allreduce_factors):
-            cached.cache_clear()
+        kernel_prices.clear_caches()
     packaged = json.loads(kernel_prices.CATALOG_FILE.read_text())
     assert {k: v for k, v in doc.items() if k != "source"} == \
         {k: v for k, v in packaged.items() if k != "source"}
