@@ -12,6 +12,10 @@ runs' hardware) so the fitted coefficients keep their meaning:
   expert per GPU of the TP group, the lm_head once) at `DECODE_TOKENS`, measured, over
   their weight bytes at datasheet bandwidth. Routed experts (fused-MoE kernels) are not
   priced here. A100 about 1.2, FP8 on H100 about 2.4 (Llama-4-Scout at TP 2);
+- `moe_factor`: a fused-MoE layer at decode token counts that touch every local expert,
+  measured, over its experts' bytes at datasheet bandwidth, from the table's shape nearest
+  the model's (per GPU, dtype and expert TP/EP): Mixtral-8x7B on H100 bf16 TP 2 0.93, FP8
+  fused MoE about 1.0-1.1 on H100; measured and reported, not applied (`PRICE_MOE`);
 - `kv_factor`: decode attention's KV streaming past L2 (A100 1.16, H200 1.13, L40S 0.98);
 - `allreduce_curve`: the time of the all-reduce vLLM runs at the TP (its custom kernel
   over NVLink, with its one-shot/two-shot switch; NCCL over PCIe) by message size, which
@@ -56,6 +60,11 @@ PRICE_COMPUTE = False
 measured on the new-model check (docs/kernel-db.md), it priced Llama-4-Scout's FP8 GEMMs at
 2.6x the reference's FLOP time and moved its E2E from 2% to 8% too slow (median, seed 1),
 and no traced configuration measures what it adds elsewhere."""
+PRICE_MOE = False
+"""Whether deployments carry `moe_factor` (routed experts at vLLM's measured fused-MoE
+time). Off: measured on the new-model check (docs/kernel-db.md), it moved Llama-4-Scout
+from +1.9% to +5.7% too slow (median signed E2E error, 1,000 draws, seed 1) without
+improving the other models; Mixtral, the one traced MoE, is where the fit absorbs it."""
 REFERENCE = ("H100-SXM", "bf16")
 """The GPU and dtype every factor is relative to: the traced runs'."""
 L2_BYTES = {"H100-SXM": 50e6, "A100-SXM-80GB": 40e6, "L40S": 96e6, "H200-SXM": 50e6}
@@ -66,6 +75,13 @@ ALLREDUCE_BYTES = (256 * 2**10, 32 * 2**20)
 """Message sizes the all-reduce line is fitted over: 16 to 2,048 tokens of an 8192-wide model."""
 SMALL_ALLREDUCE_BYTES = 64 * 2**10
 """Messages up to this size (4 tokens of an 8192-wide model) are latency-bound."""
+MOE_DISTRIBUTION = "balanced"
+"""The routing of the fused-MoE points read (tokens spread round-robin over the experts)."""
+MOE_FALLBACK_DISTRIBUTION = "power_law_1.01"
+"""The routing read where a GPU lacks MOE_DISTRIBUTION points (mapped to it, `measure_moe`)."""
+MOE_TOKENS = (16, 32, 48, 64, 80, 96, 128, 160, 192, 256)
+"""Decode token counts a fused-MoE ratio may come from: the two smallest at which the
+balanced routing touches every expert (tokens x top-k >= experts) are used."""
 NCCL_VERSION = "2.27.3"
 """The NCCL version read where vLLM's custom all-reduce does not run (kernel-db has it for
 A100 and L40S; another where a GPU lacks it)."""
@@ -98,9 +114,10 @@ def layer_gemms(model, tp: int) -> list[tuple[int, int, float]]:
 
 def measure(db) -> dict:
     """The catalog document's tables from a `KernelDb` (FRAMEWORK_VERSION): ``gemm``
-    {gpu: {dtype: grid}}, ``decode_attention`` {gpu: ratio}, ``allreduce`` {gpu: {tp: fit}}."""
+    {gpu: {dtype: grid}}, ``decode_attention`` {gpu: ratio}, ``allreduce`` {gpu: {tp: fit}},
+    ``moe`` {gpu: [shape ratios]}."""
     return {"gemm": measure_gemm(db), "decode_attention": measure_decode_attention(db),
-            "allreduce": measure_allreduce(db)}
+            "allreduce": measure_allreduce(db), "moe": measure_moe(db) if "moe" in db.tables else {}}
 
 
 def _version(table):
@@ -195,6 +212,50 @@ def measure_allreduce(db) -> dict:
     return out
 
 
+def measure_moe(db) -> dict:
+    """{gpu: [{"dtype", "tp", "ep", "hidden", "inter", "experts", "topk", "ratio"}]}: per
+    fused-MoE shape (bf16 and fp8 per-tensor), the measured layer time under MOE_DISTRIBUTION
+    routing over its local experts' weight bytes (experts / ep x 3 x hidden x inter / tp) at
+    datasheet bandwidth, median over the two smallest MOE_TOKENS that touch every expert.
+    Where a GPU has only MOE_FALLBACK_DISTRIBUTION points (A100 and L40S at 0.14.0), their
+    times are brought to balanced routing by the reference GPU's balanced / power-law time
+    ratio at the same shape and token count (routing sets which experts are read, not how
+    fast)."""
+    from bayesblis.catalog.gpus import load_gpu
+
+    table = _version(db["moe"])
+    table = table[table["dtype"].isin(TABLE_BYTES)
+                  & table["distribution"].isin([MOE_DISTRIBUTION, MOE_FALLBACK_DISTRIBUTION])]
+    shape = ["dtype", "tp", "ep", "hidden_size", "inter_size", "num_experts", "topk", "num_tokens"]
+    times = table.groupby(["gpu", "distribution", *shape], observed=True)["latency_us"].median()
+    reference = times.get(REFERENCE[0])
+    routing = (None if reference is None or MOE_DISTRIBUTION not in reference.index.get_level_values(0)
+               or MOE_FALLBACK_DISTRIBUTION not in reference.index.get_level_values(0)
+               else (reference.xs(MOE_DISTRIBUTION) / reference.xs(MOE_FALLBACK_DISTRIBUTION)).dropna())
+    out: dict = {}
+    for gpu in times.index.get_level_values("gpu").unique():
+        by_routing = times.xs(gpu)
+        if MOE_DISTRIBUTION in by_routing.index.get_level_values(0):
+            balanced = by_routing.xs(MOE_DISTRIBUTION)
+        elif routing is not None:
+            balanced = (by_routing.xs(MOE_FALLBACK_DISTRIBUTION) * routing).dropna()
+        else:
+            continue
+        bandwidth = load_gpu(str(gpu)).hbm_bandwidth_bytes_per_s
+        for key, micros in balanced.groupby(level=shape[:-1]):
+            dtype, tp, ep, hidden, inter, experts, topk = key
+            tokens = [t for t in MOE_TOKENS if t * topk >= experts][:2]
+            micros = micros[micros.index.get_level_values("num_tokens").isin(tokens)]
+            if micros.empty or experts % ep:
+                continue
+            bytes_s = experts / ep * 3 * hidden * inter / tp * TABLE_BYTES[str(dtype)] / bandwidth
+            out.setdefault(str(gpu), []).append({
+                "dtype": str(dtype), "tp": int(tp), "ep": int(ep), "hidden": int(hidden), "inter": int(inter),
+                "experts": int(experts), "topk": int(topk),
+                "ratio": round(float(np.median(micros.to_numpy(float) * 1e-6 / bytes_s)), 4)})
+    return out
+
+
 def _fill_nearest(grid: np.ndarray) -> np.ndarray:
     """Missing grid points take their nearest measured neighbour's value (rows, then columns)."""
     grid = grid.copy()
@@ -210,10 +271,10 @@ def _fill_nearest(grid: np.ndarray) -> np.ndarray:
 
 @lru_cache(maxsize=1)
 def catalog() -> dict:
-    """The built-in tables (``kernel_prices.json``): "gemm", "decode_attention", "allreduce"
-    (`measure`) and "source"."""
+    """The built-in tables (``kernel_prices.json``): "gemm", "decode_attention", "allreduce",
+    "moe" (`measure`) and "source"."""
     if not CATALOG_FILE.is_file():
-        return {"gemm": {}, "decode_attention": {}, "allreduce": {}}
+        return {"gemm": {}, "decode_attention": {}, "allreduce": {}, "moe": {}}
     return json.loads(CATALOG_FILE.read_text())
 
 
@@ -312,6 +373,37 @@ def compute_factor(model, gpu, tp: int, compute_dtype: str) -> float | None:
     return None if r is None or ref is None else r / ref[1]
 
 
+@lru_cache(maxsize=4096)
+def moe_ratio(model, gpu: str, tp: int, ep: int, compute_dtype: str) -> float | None:
+    """The `measure_moe` ratio of the table shape nearest `model`'s routed experts on `gpu`
+    at the deployment's expert split (TP without EP, else EP over `ep` GPUs) and dtype:
+    nearest in log(hidden x expert width per GPU), then in log(local experts). None without
+    a point for this GPU, dtype and split."""
+    table = GEMM_DTYPES.get(compute_dtype)
+    if not model.is_moe or table is None:
+        return None
+    moe_tp, moe_ep = (1, ep) if ep > 1 else (tp, 1)
+    entries = [e for e in catalog().get("moe", {}).get(gpu, [])
+               if e["dtype"] == table and e["tp"] == moe_tp and e["ep"] == moe_ep]
+    if not entries:
+        return None
+    inter = model.expert_params / (3 * model.hidden_size)
+
+    def distance(e):
+        width = abs(np.log(e["hidden"] * e["inter"] / e["tp"]) - np.log(model.hidden_size * inter / moe_tp))
+        return width + 0.5 * abs(np.log(e["experts"] / e["ep"]) - np.log(model.n_experts / moe_ep))
+
+    return float(min(entries, key=distance)["ratio"])
+
+
+@lru_cache(maxsize=4096)
+def moe_factor(model, gpu, tp: int, ep: int, compute_dtype: str) -> float | None:
+    """The deployment's measured routed-expert streaming time (`moe_ratio`) relative to the
+    reference's dense weight streaming (the scale of `factor`); None without a table."""
+    r, ref = moe_ratio(model, gpu.name, tp, ep, compute_dtype), reference_ratios()
+    return None if r is None or ref is None else r / ref[0]
+
+
 @lru_cache(maxsize=64)
 def kv_factor(gpu) -> float | None:
     """Decode attention's measured KV streaming time on `gpu` relative to the reference
@@ -341,8 +433,8 @@ def build(kernel_db_dir, out=CATALOG_FILE) -> dict:
 
     nccl = {p.name for p in Path(kernel_db_dir).glob("*/comm/nccl/*") if p.is_dir()}
     db = read_kernel_db(kernel_db_dir, versions=[FRAMEWORK_VERSION, *sorted(nccl)])
-    doc = {"source": f"kernel-db, vLLM {FRAMEWORK_VERSION} GEMM (m in {list(TOKENS)}), decode attention "
-                     f"and custom all-reduce tables, NCCL {NCCL_VERSION} all-reduce without NVLink "
+    doc = {"source": f"kernel-db, vLLM {FRAMEWORK_VERSION} GEMM (m in {list(TOKENS)}), decode attention, "
+                     f"fused-MoE ({MOE_DISTRIBUTION}) and custom all-reduce tables, NCCL {NCCL_VERSION} all-reduce without NVLink "
                      f"(built from {Path(kernel_db_dir).name}/ by python3 -m bayesblis.catalog.kernel_prices)",
            **measure(db)}
     write_json(out, doc)
@@ -353,7 +445,8 @@ def build(kernel_db_dir, out=CATALOG_FILE) -> dict:
 def clear_caches() -> None:
     """Forget what was read or priced from the catalog file (after it was rewritten, or
     pointed elsewhere)."""
-    for cached in (catalog, reference_ratios, factor, compute_factor, kv_factor, allreduce_curve):
+    for cached in (catalog, reference_ratios, factor, compute_factor, moe_ratio, moe_factor, kv_factor,
+                   allreduce_curve):
         cached.cache_clear()
 
 

@@ -211,8 +211,9 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
     W[a["decode_context_tokens"], f["decode_compute_s"]] = m.decode_attention_flops_per_pair / attention
 
     b[f["weight_traffic_s"]] = _weight_time_s(d, d.dense_weight_bytes)
-    # routed experts run in fused-MoE kernels, not the dense GEMMs the factor prices
-    moe_coeff = weight_time_at_peak_s(d, m.n_moe_layers * d.expert_weight_bytes_per_layer) if m.is_moe else 0.0
+    # routed experts run in fused-MoE kernels, priced by their own measured factor
+    moe_coeff = (d.moe_stream_factor * weight_time_at_peak_s(d, m.n_moe_layers * d.expert_weight_bytes_per_layer)
+                 if m.is_moe else 0.0)
 
     kv = d.kv_stream_factor * d.kv_bytes_per_token_per_gpu / bw
     for name in ("decode_context_tokens", "num_decode_reqs", "prefill_context_tokens", "prefill_tokens"):

@@ -48,6 +48,10 @@ class Deployment:
     priced from vLLM's measured GEMM kernels, relative to H100 bf16
     (`catalog.kernel_prices`); for a GPU kernel-db lacks, the model's operator-profile
     factor relative to the GPU's own reference (`catalog.weight_streaming`); else 1.
+    `moe_stream_factor`: 1, unless `catalog.kernel_prices.PRICE_MOE`: then the routed
+    experts' streaming time in vLLM's measured fused-MoE kernel (the table's nearest shape
+    at this GPU, dtype and expert split) on the same scale (1 for dense models and where
+    kernel-db lacks the point).
     `compute_factor`: 1, unless `catalog.kernel_prices.PRICE_COMPUTE`: then the dense
     GEMMs' measured time at prefill sizes over their FLOPs at the dtype's datasheet peak,
     relative to H100 bf16 (FP8 GEMMs on H100 reach about half the FLOP rate their
@@ -78,6 +82,7 @@ class Deployment:
     pcie_bandwidth_bytes_per_s: float = field(init=False)
     kv_heads_per_gpu: int = field(init=False)
     weight_stream_factor: float = field(init=False)
+    moe_stream_factor: float = field(init=False)
     compute_factor: float = field(init=False)
     attention_peak_flops_per_s: float = field(init=False)
     kv_stream_factor: float = field(init=False)
@@ -133,6 +138,8 @@ class Deployment:
         if stream is None:
             stream = weight_streaming.factor(gpu.name, model.name, tp, weight_bytes)
         gemm_compute = kernel_prices.compute_factor(model, gpu, tp, compute) if kernel_prices.PRICE_COMPUTE else None
+        moe_stream = (kernel_prices.moe_factor(model, gpu, tp, ep, compute)
+                      if model.is_moe and kernel_prices.PRICE_MOE else None)
         kv_stream = kernel_prices.kv_factor(gpu)
         allreduce = kernel_prices.allreduce_curve(gpu, tp) if tp > 1 else None
         # FlashAttention computes in bf16 whatever the weights' dtype
@@ -143,6 +150,7 @@ class Deployment:
                            ("interconnect_bandwidth_bytes_per_s", gpu.interconnect_bandwidth_bytes_per_s),
                            ("pcie_bandwidth_bytes_per_s", gpu.pcie_bandwidth_bytes_per_s),
                            ("kv_heads_per_gpu", kv_heads), ("weight_stream_factor", stream),
+                           ("moe_stream_factor", 1.0 if moe_stream is None else moe_stream),
                            ("compute_factor", 1.0 if gemm_compute is None else gemm_compute),
                            ("attention_peak_flops_per_s", attention_peak),
                            ("kv_stream_factor", 1.0 if kv_stream is None else kv_stream),

@@ -24,6 +24,11 @@ DEVICE = {"h100_sxm": "NVIDIA H100 80GB HBM3", "a100_sxm": "NVIDIA A100-SXM4-80G
 GPU = {"h100_sxm": "H100-SXM", "a100_sxm": "A100-SXM-80GB"}
 ATTENTION = {"h100_sxm": 1.25, "a100_sxm": 1.5}   # KV time over bytes at peak, past L2
 ALLREDUCE = {"h100_sxm": (5.0, 2e-6), "a100_sxm": (7.5, 5e-6)}   # µs, µs per byte at TP 4
+# fused MoE: fraction of datasheet bandwidth per (hidden, inter, experts, top-k) shape; A100
+# has only power-law points, which take POWER_LAW x the balanced time
+MOE = {"h100_sxm": {(4096, 14336, 8, 2): 0.7, (2048, 768, 128, 8): 0.35},
+       "a100_sxm": {(4096, 14336, 8, 2): 0.5}}
+POWER_LAW = 0.8
 
 
 def _meta(framework, version, table):
@@ -78,6 +83,22 @@ def write_truth_db(root: Path) -> Path:
             framework="VLLM", version="0.14.0", device=device, op_name="all_reduce",
             kernel_source="vLLM_custom_graph", allreduce_dtype="bfloat16", num_gpus=4, backend="vllm_graph")
         _write(root / gpu / "comm" / "vllm" / "0.14.0", "custom_allreduce_perf", frame)
+
+        moe = []
+        routings = {"balanced": 1.0, "power_law_1.01": POWER_LAW} if gpu == "h100_sxm" else {"power_law_1.01": POWER_LAW}
+        for (hidden, inter, experts, topk), f_moe in MOE[gpu].items():
+            for tp, ep in ((2, 1), (1, 2)):
+                for tokens in kernel_prices.MOE_TOKENS:
+                    touched = min(experts, tokens * topk) / ep
+                    balanced = touched * 3 * hidden * inter / tp * 2 / (f_moe * spec.hbm_bandwidth_bytes_per_s)
+                    for routing, scale in routings.items():
+                        moe.append(("bfloat16", tokens, hidden, inter, topk, experts, tp, ep, routing,
+                                    balanced * scale * 1e3))
+        frame = pd.DataFrame(moe, columns=["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk",
+                                           "num_experts", "moe_tp_size", "moe_ep_size", "distribution",
+                                           "latency"]).assign(framework="VLLM", version="0.14.0", device=device,
+                                                              op_name="moe", kernel_source="vllm_fused_moe")
+        _write(root / gpu / "moe" / "vllm" / "0.14.0", "moe_perf", frame)
     return root
 
 
@@ -128,6 +149,43 @@ def test_factors_recover_the_truth(truth_catalog):
     assert per_byte == pytest.approx((5e-6 / formula["a100_sxm"]) / (2e-6 / formula["h100_sxm"]), rel=1e-3)
     assert latency == pytest.approx(7.5 / 5.0, rel=1e-3)
     assert kernel_prices.allreduce_curve(a100, 2) is None   # TP 2 not measured
+
+
+def test_moe_factors_recover_the_truth(truth_catalog):
+    h100, a100 = load_gpu("H100-SXM"), load_gpu("A100-SXM-80GB")
+    mixtral, qwen = load_model("mixtral-8x7b"), load_model("qwen3-30b-a3b")
+    # the routed experts stream at 0.7 of H100's bandwidth; the reference dense GEMMs at 0.8
+    assert kernel_prices.moe_factor(mixtral, h100, 2, 1, "bf16") == pytest.approx(0.8 / 0.7, rel=1e-3)
+    # expert parallelism reads the ep = 2 points (same truth)
+    assert kernel_prices.moe_factor(mixtral, h100, 2, 2, "bf16") == pytest.approx(0.8 / 0.7, rel=1e-3)
+    # A100 has only power-law points: H100's balanced / power-law ratio brings them back
+    assert kernel_prices.moe_factor(mixtral, a100, 2, 1, "bf16") == pytest.approx(0.8 / 0.5, rel=1e-3)
+    # Qwen3-30B-A3B's 128 narrow experts are nearest the small shape, which streams at 0.35
+    assert kernel_prices.moe_factor(qwen, h100, 2, 1, "bf16") == pytest.approx(0.8 / 0.35, rel=1e-3)
+    assert kernel_prices.moe_factor(mixtral, h100, 4, 1, "bf16") is None   # TP 4 not measured
+    assert kernel_prices.moe_factor(mixtral, h100, 2, 1, "fp8") is None    # no FP8 points
+    # measured, applied only with PRICE_MOE
+    assert Deployment("mixtral-8x7b", "H100", tp=2).moe_stream_factor == 1.0
+
+
+def test_deployments_carry_the_moe_factor_when_priced(truth_catalog, monkeypatch):
+    monkeypatch.setattr(kernel_prices, "PRICE_MOE", True)
+    d = Deployment("mixtral-8x7b", "H100", tp=2)
+    assert d.moe_stream_factor == pytest.approx(0.8 / 0.7, rel=1e-3)
+    assert Deployment("mixtral-8x7b", "L40S", tp=2).moe_stream_factor == 1.0   # no L40S tables
+    assert Deployment("llama-2-70b", "H100", tp=2).moe_stream_factor == 1.0    # dense
+    # the routed experts' bytes at that factor: all 8 experts at 4,096 tokens, 32 layers of
+    # 3 x 4096 x 14336 x 2 B each, over 2 GPUs at 3.35 TB/s
+    agg = dict(prefill_tokens=0, prefill_context_tokens=0, prefill_attention_pairs=0, num_prefill_reqs=0,
+               decode_context_tokens=0)
+    plain = Deployment("mixtral-8x7b", "H100", tp=2)
+    monkeypatch.setattr(kernel_prices, "PRICE_MOE", False)
+    unpriced = Deployment("mixtral-8x7b", "H100", tp=2)
+    k = BETA_FEATURES.index("weight_traffic_s")
+    experts_s = 32 * 8 * 3 * 4096 * 14336 * 2 / (2 * 3.35e12)
+    priced = beta_features(plain, num_decode_reqs=4096, **agg)[0, k]
+    assert priced - beta_features(unpriced, num_decode_reqs=4096, **agg)[0, k] == \
+        pytest.approx(experts_s * (0.8 / 0.7 - 1), rel=1e-3)
 
 
 def test_deployments_carry_the_factors(truth_catalog, monkeypatch):

@@ -143,7 +143,8 @@ def test_mixtral_tp2_distinct_expert_weights():
     # non-expert weights: 1,605,636,096 params * 2 B = 3,211,272,192 B
     # one expert in one layer: 3*4096*14336*2 B = 352,321,536 B; 32 MoE layers
     # the dense weights stream at the kernel-priced factor of their GEMMs, the routed experts
-    # (fused-MoE kernels) at bytes over peak
+    # (fused-MoE kernels) at bytes over peak (their measured price is not applied, PRICE_MOE)
+    assert d.moe_stream_factor == 1.0
     dense, expert = 3_211_272_192 * d.weight_stream_factor, 352_321_536
     # 1 token touches exactly k = 2 experts/layer: dense + 32*2*352,321,536 B over 2 GPUs
     one = beta_features(d, num_decode_reqs=1, **agg)[0, BETA_FEATURES.index("weight_traffic_s")]
@@ -155,7 +156,7 @@ def test_mixtral_tp2_distinct_expert_weights():
     assert sixteen == pytest.approx((dense + 32 * distinct16 * expert) / (2 * BW_H100), rel=1e-5)
     # many tokens: all 8 experts -> every weight is read: 46,702,792,704 * 2 B in all
     many = beta_features(d, num_decode_reqs=4096, **agg)[0, BETA_FEATURES.index("weight_traffic_s")]
-    assert 3_211_272_192 + 32 * 8 * expert == 46_702_792_704 * 2
+    assert 3_211_272_192 + 32 * 8 * 352_321_536 == 46_702_792_704 * 2
     assert many == pytest.approx((dense + 32 * 8 * expert) / (2 * BW_H100), rel=1e-9)
     # compute uses the top-2 active experts only:
     # attention 41,943,040 + router 32,768 + 2 experts 352,321,536 per layer; the dense
