@@ -116,7 +116,8 @@ def coefficient_draws(posterior, *, model: str, model_family: str, arch: str, ha
 
     ``new_run=True`` multiplies each draw by a fresh run factor ``exp(tau_run z)``: the
     predictive for a new experiment on this configuration (use it to simulate; leave it
-    off to report the configuration's coefficients).
+    off to report the configuration's coefficients). An unseen configuration's fresh
+    effects come in antithetic pairs (`antithetic_normal`), which `n_draws` keeps together.
     """
     post = posterior.idata.posterior
     key = config_key(model, hardware, tp, ep, dtype)
@@ -155,17 +156,41 @@ def coefficient_draws(posterior, *, model: str, model_family: str, arch: str, ha
                                   posterior.priors)
         sigma = sigma_all[np.arange(n_total), rng.integers(0, sigma_all.shape[1], n_total)]
     if new_run and "tau_run" in post:
-        factor = np.exp(_stacked(post, "tau_run").values * rng.standard_normal(n_total))
+        factor = np.exp(_stacked(post, "tau_run").values * antithetic_normal(rng, (n_total,)))
         beta, alpha = beta * factor[:, None], alpha * factor[:, None]
     draws = CoefficientDraws(key, list(posterior.beta_features), list(posterior.alpha_features),
                              beta, alpha, sigma, nu, unseen, seen_config=row is not None)
     if row is not None and getattr(posterior, "data", None) is not None:
         draws.fitted_load = fitted_load(posterior.data.obs, key)
     if n_draws is not None and n_draws < n_total:
-        pick = np.sort(rng.choice(n_total, n_draws, replace=False))
+        pick = antithetic_pick(rng, n_total, n_draws) if row is None else \
+            np.sort(rng.choice(n_total, n_draws, replace=False))
         draws.beta, draws.alpha = draws.beta[pick], draws.alpha[pick]
         draws.noise_sigma, draws.noise_nu = draws.noise_sigma[pick], draws.noise_nu[pick]
     return draws
+
+
+def antithetic_normal(rng, shape) -> np.ndarray:
+    """Standard normals whose rows come in antithetic pairs: row ``i + half`` is minus row
+    ``i`` (half = rows // 2; an odd last row is drawn alone). A configuration never fitted
+    draws its fresh level effects this way, so its predictive median does not wander with
+    the draws picked: the sampled effects are symmetric about zero by construction."""
+    shape = tuple(shape)
+    half = shape[0] // 2
+    z = rng.standard_normal((shape[0] - half, *shape[1:]))
+    return np.concatenate([z, -z[:half]])
+
+
+def antithetic_pick(rng, n_total: int, n_draws: int) -> np.ndarray:
+    """`n_draws` sorted rows of `n_total` that keep `antithetic_normal`'s pairs together
+    (an odd `n_draws` adds one row alone)."""
+    half = n_total // 2
+    first = rng.choice(half, n_draws // 2, replace=False)
+    rows = np.concatenate([first, first + half])
+    if n_draws % 2:
+        rest = np.setdiff1d(np.arange(n_total), rows)
+        rows = np.append(rows, rng.choice(rest))
+    return np.sort(rows)
 
 
 def level_effects(post, name: str, dim: str):
@@ -202,7 +227,7 @@ def _population_draws(post, name, dim, values, seen, rng, priors):
         if short != "config" and str(values[short]) in seen[short]:
             effect = effects.get(str(values[short]), 0.0)
         else:
-            effect = tau * rng.standard_normal(tau.shape)
+            effect = tau * antithetic_normal(rng, tau.shape)
         theta[:, cols] += effect
     groups = PROPORTIONAL_GROUPS.items() if name == "beta" else ()
     for group_name, members in groups:
@@ -212,7 +237,7 @@ def _population_draws(post, name, dim, values, seen, rng, priors):
         # its physics sum like a fitted one's does (LatencyModel._proportional_groups)
         group = [features.index(f) for f in members if f in features]
         tau = _stacked(post, f"beta_tau_{group_name}").values
-        theta[:, group] += (tau * rng.standard_normal(tau.shape))[:, None]
+        theta[:, group] += (tau * antithetic_normal(rng, tau.shape))[:, None]
     coef = floors(priors[name], features) + np.exp(theta)
     return tie_columns(coef, features) if name == "beta" else coef
 

@@ -36,6 +36,31 @@ def test_unseen_level_needs_explicit_permission_and_is_wider(tiny_fit):
     assert width(unseen) > width(seen)
 
 
+def test_unseen_draws_come_in_antithetic_pairs(tiny_fit):
+    from bayesblis.coefficients import _stacked, antithetic_normal, antithetic_pick, level_effects
+    from bayesblis.model.priors import floors
+
+    rng = np.random.default_rng(0)
+    z = antithetic_normal(rng, (7, 3))
+    np.testing.assert_array_equal(z[4:], -z[:3])   # row 6 is drawn alone
+    rows = antithetic_pick(rng, 10, 7)
+    assert len(set(rows)) == 7 and sum((r + 5) in rows for r in rows if r < 5) == 3
+    # a new GPU: every fresh effect (hardware, configuration, group) of draw i + half is minus
+    # draw i's, so about the population they cancel in pairs whatever the draws picked
+    post = load_posterior(tiny_fit[1])
+    draws = coefficient_draws(post, **_levels(hardware="L40S"), allow_unseen=True, new_run=False)
+    k = post.beta_features.index("weight_traffic_s")
+    theta = np.log(draws.beta[:, k] - floors(post.priors["beta"], post.beta_features)[k])
+    pooled = _stacked(post.idata.posterior, "beta_mu").values[:, k]
+    for short, _, cols, _, effects in level_effects(post.idata.posterior, "beta", "feature"):
+        if short == "family" and k in cols:
+            pooled = pooled + effects["llama"][:, cols.index(k)]
+    fresh = theta - pooled
+    half = len(fresh) // 2
+    assert np.std(fresh) > 0.05
+    np.testing.assert_allclose(fresh[half:2 * half], -fresh[:half], atol=1e-9)
+
+
 def test_new_configuration_of_seen_levels_is_population_level(tiny_fit):
     _, path, _ = tiny_fit
     post = load_posterior(path)
