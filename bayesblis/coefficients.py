@@ -48,6 +48,8 @@ class CoefficientDraws:
     seen_config: bool = True
     feature_factors: dict = field(default_factory=dict)  # the deployment's kernel-priced factors (Deployment.feature_factors)
     fitted_load: float | None = None  # requests in flight its windows held (discrepancy.fitted_load)
+    blis_tp_slot: tuple | None = None  # the deployment's TP all-reduce in BLIS's basis (features.beta.blis_tp_slot)
+    blis_async_step: np.ndarray | None = None  # features of the step BLIS's alpha0 waits (features.beta.blis_async_step_features)
 
     @property
     def n_draws(self) -> int:
@@ -67,7 +69,7 @@ class CoefficientDraws:
                                 np.array([np.mean(self.noise_sigma)]),
                                 np.array([np.median(self.noise_nu)]),
                                 self.unseen_levels, self.seen_config, self.feature_factors,
-                                self.fitted_load)
+                                self.fitted_load, self.blis_tp_slot, self.blis_async_step)
 
 
 def _stacked(post, name):
@@ -244,10 +246,14 @@ def _population_draws(post, name, dim, values, seen, rng, priors):
 
 def deployment_draws(posterior, deployment, **kwargs) -> CoefficientDraws:
     """`coefficient_draws` for a `features.physics.Deployment`."""
+    from bayesblis.features.beta import blis_async_step_features, blis_tp_slot
+
     levels = config_row(deployment)
     levels.pop("config")
     draws = coefficient_draws(posterior, **levels, **kwargs)
     draws.feature_factors = deployment.feature_factors
+    draws.blis_tp_slot = blis_tp_slot(deployment)
+    draws.blis_async_step = blis_async_step_features(deployment)
     return draws
 
 
@@ -682,7 +688,9 @@ def _same(a, b, rtol: float = 1e-5) -> bool:
         return False
 
 
-def blis_to_bayesblis(blis: dict, *, factors: dict | None = None) -> tuple[dict, dict]:
+def blis_to_bayesblis(blis: dict, *, factors: dict | None = None,
+                      tp_slot: tuple[float, float] | None = None,
+                      async_step=None) -> tuple[dict, dict]:
     """BLIS trained-physics lists ({"alpha_coeffs": [3], "beta_coeffs": [11]}) mapped onto
     bayesblis's coefficients ({beta name: value}, {alpha name: µs}): the inverse of the
     slot mapping `features.beta.to_blis_beta` / `to_blis_alpha` applies, where one exists.
@@ -691,24 +699,45 @@ def blis_to_bayesblis(blis: dict, *, factors: dict | None = None) -> tuple[dict,
     per-layer overhead (tp_sync_s 0: the export folds it into beta5 at its TP); beta1b and beta2b (KV memory,
     one coefficient here) their mean; beta8 (per MoE layer) and alpha1 (post-decode) have
     no bayesblis slot and are dropped; kv_token_layer_s, alpha_prompt_s and
-    alpha_frontend_s are 0 (no BLIS slot), offload_s 1 (the physics estimate)."""
+    alpha_frontend_s are 0 (no BLIS slot), offload_s 1 (the physics estimate); a beta2a of 0
+    (the export's: decode compute under the roofline) reads as the prefill compute's, to which
+    the fit ties it. `tp_slot`
+    (`features.beta.blis_tp_slot`): beta4 is tp_comm times its slope factor, and beta7 holds
+    tp_comm times its per-step µs besides the step overhead."""
     b, a = blis["beta_coeffs"], blis["alpha_coeffs"]
-    beta = {"prefill_compute_s": b[0], "decode_compute_s": b[1],
+    tp_per_token, tp_step_us = (tp_slot or (1.0, 0.0, 0.0))[:2]
+    tp_comm = b[3] / tp_per_token
+    beta = {"prefill_compute_s": b[0], "decode_compute_s": b[1] or b[0],
             "weight_traffic_s": b[2], "kv_traffic_s": 0.5 * (b[8] + b[9]),
-            "kv_token_layer_s": 0.0, "tp_comm_s": b[3], "tp_sync_s": 0.0, "ep_comm_s": b[10],
+            "kv_token_layer_s": 0.0, "tp_comm_s": tp_comm, "tp_sync_s": 0.0, "ep_comm_s": b[10],
             "offload_s": 1.0, "layer_overhead_s": b[4], "request_overhead_s": b[5],
-            "step_overhead_s": b[6]}
+            "step_overhead_s": b[6] - tp_comm * tp_step_us}
     beta = {k: v / float((factors or {}).get(k, 1.0)) for k, v in beta.items()}
-    alpha = {"alpha_const_s": a[0], "alpha_prompt_s": 0.0, "alpha_output_s": a[2],
+    wait_us = async_wait_us(beta, async_step)
+    alpha = {"alpha_const_s": max(a[0] - wait_us, 0.0), "alpha_prompt_s": 0.0, "alpha_output_s": a[2],
              "alpha_frontend_s": 0.0}
     return beta, alpha
 
 
-def _from_blis(blis: dict, deployment) -> tuple[np.ndarray, np.ndarray]:
-    from bayesblis.features.alpha import ALPHA_FEATURES
+def async_wait_us(beta: dict, async_step) -> float:
+    """µs of the async-scheduling wait a slot-mapped BLIS alpha0 holds: the step of
+    `async_step` (`features.beta.blis_async_step_features`; None: 0) at `beta` ({name:
+    value}; a feature it lacks counts 0)."""
+    if async_step is None:
+        return 0.0
     from bayesblis.features.beta import BETA_FEATURES
 
-    beta, alpha = blis_to_bayesblis(blis, factors=deployment.feature_factors)
+    values = np.array([float(beta.get(f, 0.0)) for f in BETA_FEATURES])
+    return float(np.dot(np.asarray(async_step, float), values) * 1e6)
+
+
+def _from_blis(blis: dict, deployment) -> tuple[np.ndarray, np.ndarray]:
+    from bayesblis.features.alpha import ALPHA_FEATURES
+    from bayesblis.features.beta import BETA_FEATURES, blis_async_step_features, blis_tp_slot
+
+    beta, alpha = blis_to_bayesblis(blis, factors=deployment.feature_factors,
+                                    tp_slot=blis_tp_slot(deployment),
+                                    async_step=blis_async_step_features(deployment))
     return (np.array([beta[f] for f in BETA_FEATURES], float),
             np.array([alpha[f] for f in ALPHA_FEATURES], float))
 
@@ -721,13 +750,16 @@ constant (alpha1 = 0); its per-prompt-token alpha and its per-request-decoding r
 the API server's load (TTFT at high load a few ms short; the JSON export keeps it)."""
 
 
-def to_blis_alpha(alpha) -> list[float]:
-    """Our alpha coefficients (µs) in BLIS `alpha_coeffs` order."""
-    return [float(alpha["alpha_const_s"]), 0.0, float(alpha["alpha_output_s"])]
+def to_blis_alpha(alpha, wait_us: float = 0.0) -> list[float]:
+    """Our alpha coefficients (µs) in BLIS `alpha_coeffs` order; `wait_us` (`async_wait_us`)
+    joins alpha0: BLIS's step model has no async-scheduling wait of its own."""
+    return [float(alpha["alpha_const_s"]) + float(wait_us), 0.0, float(alpha["alpha_output_s"])]
 
 
-def export_record(draws: CoefficientDraws, *, prob: float | None = None, context=None) -> dict:
-    """The JSON document for one configuration's coefficients (see data_specs/coefficients.md)."""
+def export_record(draws: CoefficientDraws, *, prob: float | None = None, context=None,
+                  async_scheduling: bool = True) -> dict:
+    """The JSON document for one configuration's coefficients (see data_specs/coefficients.md);
+    its BLIS slots hold the async-scheduling wait in alpha0 unless `async_scheduling` is off."""
     from bayesblis.features.beta import BLIS_BETA_ORDER, to_blis_beta
 
     summary = draws.summary(prob)
@@ -748,11 +780,19 @@ def export_record(draws: CoefficientDraws, *, prob: float | None = None, context
         "alpha": summary["alpha"],
         "blis": {"beta_order": list(BLIS_BETA_ORDER),
                  "beta_coeffs": to_blis_beta(mean_beta, tp=tp_of(draws.config),
-                                             factors=draws.feature_factors),
+                                             factors=draws.feature_factors, tp_slot=draws.blis_tp_slot),
                  "feature_factors": draws.feature_factors,
-                 "alpha_order": list(BLIS_ALPHA_ORDER), "alpha_coeffs": to_blis_alpha(mean_alpha)},
+                 "alpha_order": list(BLIS_ALPHA_ORDER),
+                 "alpha_coeffs": to_blis_alpha(mean_alpha, async_wait_us(
+                     mean_beta, draws.blis_async_step if async_scheduling else None))},
         **({"context": context} if context else {}),
     }
+
+
+SLOT_MAPPING_NOTE = ("slot mapping, no scenario: on four shared runs BLIS ran these 0.5-3% "
+                     "short of bayesblis simulate in E2E, 5-8% in TTFT; --project-on SCENARIO or "
+                     "--format bayesblis-go reproduce it (docs/blis.md)")
+"""What a slot-mapped BLIS YAML says about itself (measured: docs/blis.md)."""
 
 
 def blis_yaml(record: dict) -> str:
@@ -762,6 +802,7 @@ def blis_yaml(record: dict) -> str:
              f"# {int(record['ci_prob'] * 100)}% credible intervals are in the JSON export.",
              "# BLIS has no slot for alpha_frontend_s (API server return cost per request "
              "decoding): see the JSON export.",
+             f"# {SLOT_MAPPING_NOTE}",
              "trained_physics_coefficients:", "  alpha_coeffs:"]
     for name, value in zip(blis["alpha_order"], blis["alpha_coeffs"]):
         lines.append(f"    - {value:.6g}  # {name}")

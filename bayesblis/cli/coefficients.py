@@ -42,7 +42,8 @@ from bayesblis.constants import CI_PROB
 @click.option("--max-num-seqs", type=int, default=None,
               help="vLLM max_num_seqs; recorded (bayesblis-go: predicts the next step).")
 @click.option("--async-scheduling/--no-async-scheduling", default=True, show_default=True,
-              help="bayesblis-go: the engine schedules one step ahead (vLLM's default).")
+              help="The engine schedules one step ahead (vLLM's default): bayesblis-go "
+                   "emulates it; a slot-mapped BLIS YAML adds the step it waits to alpha0.")
 @click.option("--project-on", "project_on", type=click.Path(exists=True, path_type=Path),
               default=None,
               help="BLIS YAML: fit BLIS's trained-physics basis to bayesblis's step and request "
@@ -74,7 +75,7 @@ def command(posterior, model_name, hardware, tp, ep, dtype, max_num_batched_toke
     knobs = {k: v for k, v in {"max_num_batched_tokens": max_num_batched_tokens,
                                "max_model_len": max_model_len,
                                "cpu_offload_gb": cpu_offload_gb}.items() if v is not None}
-    record = export_record(draws, prob=prob,
+    record = export_record(draws, prob=prob, async_scheduling=async_scheduling,
                            context={"posterior": str(posterior), "vllm": knobs} if knobs else
                            {"posterior": str(posterior)})
     click.echo(format_table(record))
@@ -107,7 +108,8 @@ def command(posterior, model_name, hardware, tp, ep, dtype, max_num_batched_toke
     elif out.suffix in (".yaml", ".yml"):
         atomic.write_text(out, blis_yaml(record))
         atomic.write_json(out.with_suffix(".json"), record)
-        click.echo(f"wrote {out} (BLIS format) and {out.with_suffix('.json')} (with intervals)")
+        click.echo(f"wrote {out} (BLIS format, slot mapping; --project-on SCENARIO reproduces "
+                   f"simulate) and {out.with_suffix('.json')} (with intervals)")
     else:
         atomic.write_json(out, record)
         click.echo(f"wrote {out}")

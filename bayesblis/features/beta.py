@@ -373,26 +373,79 @@ def roofline_s(deployment: Deployment, **aggregates) -> np.ndarray:
     return np.maximum(compute, memory)
 
 
+SLOT_TOKENS = np.geomspace(8, 512, 25)
+"""Step token counts (decode batches to a prefill chunk, uniform in log tokens) over which
+`blis_tp_slot` fits a line to the step's TP all-reduce price for BLIS's per-token slot."""
+
+
+def blis_tp_slot(deployment: Deployment) -> tuple[float, float, float] | None:
+    """(β4 per unit ``tp_comm_s`` coefficient, β7 µs per unit coefficient, ``tp_sync_s``
+    rounds per layer): the step's TP all-reduce price (the measured curve, or the ring
+    formula) as the least-squares line a + b T over SLOT_TOKENS, b over BLIS's per-token TP
+    basis (`blis_projection.trained_physics_basis` at one decode token: its bytes over HBM
+    bandwidth) and a in µs, so that BLIS's linear basis carries what the curve costs at those
+    sizes; and the per-round latency terms the deployment prices per layer (0 where the
+    measured curve includes them). None without TP."""
+    if deployment.tp < 2:
+        return None
+    from bayesblis.blis_projection import Batches, BlisShape, trained_physics_basis
+
+    fm = feature_weights(deployment)
+    tokens = SLOT_TOKENS
+    agg = np.zeros((len(tokens), len(AGGREGATES)))
+    agg[:, _A["num_decode_reqs"]] = tokens
+    price_s = fm.apply(agg, roofline=False)[:, TP_COMM_INDEX]
+    slope_s, step_s = np.polyfit(tokens, price_s, 1)
+    one = Batches(*(np.array([v], float) for v in (0.0, 0.0, 1.0, 0.0, 1.0)))
+    per_token_us = float(trained_physics_basis(BlisShape.from_deployment(deployment), one)[0, 3])
+    rounds = float(fm.bias[_F["tp_sync_s"]]) / (deployment.model.n_layers * US)
+    return float(slope_s * 1e6 / per_token_us), float(max(step_s, 0.0) * 1e6), rounds
+
+
+ASYNC_STEP_AGGREGATES = {"num_decode_reqs": 16, "decode_context_tokens": 16 * 512}
+"""The decode step whose duration stands for the async-scheduling wait BLIS's alpha0 takes
+(`blis_async_step_features`): with async scheduling a new request waits for the step after
+next, about one step (bayesblis's simulator on four shared runs' first 300 s: a mean wait of
+0.99-1.04 mean steps), and a step is mostly its weight stream, which the batch barely moves."""
+
+
+def blis_async_step_features(deployment: Deployment) -> np.ndarray:
+    """Features [len(BETA_FEATURES)] of ASYNC_STEP_AGGREGATES (seconds per unit coefficient):
+    times the coefficients, the wait a slot-mapped BLIS export adds to alpha0."""
+    agg = np.zeros((1, len(AGGREGATES)))
+    for name, value in ASYNC_STEP_AGGREGATES.items():
+        agg[0, _A[name]] = value
+    return feature_weights(deployment).apply(agg)[0]
+
+
 def to_blis_beta(beta: Mapping[str, float], tp: int = 1,
-                 factors: Mapping[str, float] | None = None) -> list[float]:
+                 factors: Mapping[str, float] | None = None,
+                 tp_slot: tuple[float, float] | None = None) -> list[float]:
     """Our coefficients in BLIS trained-physics `beta_coeffs` order (BLIS_BETA_ORDER).
 
     kv_traffic -> both β1b and β2b; tp_comm -> β4; ep_comm -> β_EP; overheads (µs)
-    -> β5, β6, β7; β8 (per MoE layer) = 0. tp_sync_s (µs per all-reduce round, 2 log2(tp)
+    -> β5, β6, β7; β8 (per MoE layer) = 0; β2a (decode compute) = 0: on bayesblis's roofline
+    a decode step's FLOPs ride under its weight and KV streaming until hundreds of tokens,
+    where BLIS's additive basis would add them on top (a decode batch past the knee is then
+    under-priced in BLIS; `blis_projection` fits both). tp_sync_s (µs per all-reduce round, 2 log2(tp)
     rounds per layer) is folded into the per-layer β5 for the given `tp`. BLIS prices raw
     bytes and FLOPs at the datasheet, so the deployment's kernel-priced `factors`
-    (`Deployment.feature_factors`, feature -> factor, 1 when absent) multiply their
-    coefficients (the routed experts' bytes and FLOPs, which the factors leave alone here,
-    get them too in BLIS); offload_s and kv_token_layer_s have no BLIS slot and are dropped
-    (NO_BLIS_SLOT).
+    (`Deployment.feature_factors`, feature -> factor, 1 when absent; weight traffic's
+    averaged over dense weights and routed experts by their bytes) multiply their
+    coefficients; offload_s and kv_token_layer_s have no BLIS slot and are dropped
+    (NO_BLIS_SLOT). `tp_slot` (`blis_tp_slot`): tp_comm's line in BLIS's basis, β4 = its
+    slope factor x tp_comm and β7 += its per-step µs x tp_comm, and tp_sync folded into β5
+    at the deployment's own rounds per layer; without it β4 = tp_comm and the rounds are
+    the ring's at `tp`.
     """
     missing = [n for n in BETA_FEATURES if n not in NO_BLIS_SLOT and n not in beta]
     if missing:
         raise KeyError(f"coefficients missing: {', '.join(missing)}")
     factors = factors or {}
     g = lambda k: float(beta[k]) * float(factors.get(k, 1.0))  # noqa: E731
-    per_layer = (g("layer_overhead_s")
-                 + allreduce_rounds_per_layer(tp) * (g("tp_sync_s") if "tp_sync_s" in beta else 0.0))
-    return [g("prefill_compute_s"), g("decode_compute_s"), g("weight_traffic_s"), g("tp_comm_s"),
-            per_layer, g("request_overhead_s"), g("step_overhead_s"), 0.0,
+    tp_per_token, tp_step_us, rounds = tp_slot or (1.0, 0.0, allreduce_rounds_per_layer(tp))
+    per_layer = g("layer_overhead_s") + rounds * (g("tp_sync_s") if "tp_sync_s" in beta else 0.0)
+    return [g("prefill_compute_s"), 0.0, g("weight_traffic_s"),
+            g("tp_comm_s") * tp_per_token, per_layer, g("request_overhead_s"),
+            g("step_overhead_s") + g("tp_comm_s") * tp_step_us, 0.0,
             g("kv_traffic_s"), g("kv_traffic_s"), g("ep_comm_s")]

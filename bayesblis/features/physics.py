@@ -161,9 +161,14 @@ class Deployment:
     def feature_factors(self) -> dict[str, float]:
         """Step feature -> the kernel-priced factor its physics carries (1 when none):
         what an export to a simulator pricing raw bytes and FLOPs (BLIS) folds into the
-        coefficients."""
+        coefficients. Weight traffic's is the bytes-weighted mean of the dense weights' and
+        the routed experts' factors over every weight (a decode batch that touches every
+        expert, as BLIS prices them)."""
+        dense = self.dense_weight_bytes
+        experts = self.model.n_moe_layers * self.model.n_experts * self.expert_weight_bytes_per_layer
+        weight = (dense * self.weight_stream_factor + experts * self.moe_stream_factor) / (dense + experts)
         return {"prefill_compute_s": self.compute_factor, "decode_compute_s": self.compute_factor,
-                "weight_traffic_s": self.weight_stream_factor, "kv_traffic_s": self.kv_stream_factor}
+                "weight_traffic_s": weight, "kv_traffic_s": self.kv_stream_factor}
 
     # ---- identity -------------------------------------------------------------
     @property

@@ -124,20 +124,86 @@ def test_roofline_is_max_of_compute_and_memory():
     assert roofline_s(d, **prefill)[0] == pytest.approx(f[F["prefill_compute_s"]])
 
 
+def test_blis_tp_slot_carries_the_measured_all_reduce_into_blis_linear_basis():
+    from bayesblis.blis_projection import Batches, BlisShape, trained_physics_basis
+    from bayesblis.coefficients import blis_to_bayesblis
+    from bayesblis.features.beta import SLOT_TOKENS, blis_tp_slot
+
+    F = {n: i for i, n in enumerate(BETA_FEATURES)}
+    d = Deployment("llama-2-70b", "H100", tp=4)
+    per_token, step_us, rounds = blis_tp_slot(d)
+    assert rounds == 0.0          # the measured curve includes the latency: no per-round term
+    # BLIS's beta4 x its basis + beta7 against the curve the step is priced with, 16-256 tokens
+    shape = BlisShape.from_deployment(d)
+    for tokens in (16, 64, 256):
+        batch = Batches(*(np.array([v], float) for v in (0.0, 0.0, tokens, 0.0, tokens)))
+        blis_us = per_token * trained_physics_basis(shape, batch)[0, 3] + step_us
+        ours_us = raw_features(d, dict(prefill_tokens=0, prefill_context_tokens=0, prefill_attention_pairs=0,
+                                       num_prefill_reqs=0, num_decode_reqs=tokens,
+                                       decode_context_tokens=0))[F["tp_comm_s"]] * 1e6
+        assert blis_us == pytest.approx(ours_us, rel=0.25), tokens
+    assert SLOT_TOKENS[0] == 8 and SLOT_TOKENS[-1] == 512
+    beta = {name: float(i + 1) for i, name in enumerate(BETA_FEATURES)}
+    out = to_blis_beta(beta, tp=4, tp_slot=(per_token, step_us, rounds))
+    assert out[3] == pytest.approx(6.0 * per_token)
+    assert out[4] == 10.0                                   # no rounds folded in
+    assert out[6] == pytest.approx(12.0 + 6.0 * step_us)
+    back, _ = blis_to_bayesblis({"beta_coeffs": out, "alpha_coeffs": [1.0, 0.0, 2.0]},
+                                tp_slot=(per_token, step_us, rounds))
+    assert back["tp_comm_s"] == pytest.approx(6.0) and back["step_overhead_s"] == pytest.approx(12.0)
+    # a GPU kernel-db lacks (A40, ring formula over its link): a line through zero, and the
+    # ring's 2 x log2(2) rounds per layer stay in beta5
+    per_token, step_us, rounds = blis_tp_slot(Deployment("llama-2-70b", "A40", tp=2))
+    assert step_us == pytest.approx(0.0, abs=1e-6) and rounds == 2.0
+    assert blis_tp_slot(Deployment("llama-2-7b", "H100", tp=1)) is None
+
+
+def test_slot_mapping_weighs_moe_weights_and_waits_one_step_in_alpha0():
+    from bayesblis.blis_export import slot_mapping
+    from bayesblis.coefficients import async_wait_us, blis_to_bayesblis
+    from bayesblis.features import ALPHA_FEATURES
+    from bayesblis.features.beta import ASYNC_STEP_AGGREGATES, blis_async_step_features, blis_tp_slot
+
+    d = Deployment("mixtral-8x7b", "H100", tp=2)
+    # BLIS reads every expert at the weight slot: the dense GEMMs' factor (1.42, small
+    # attention matrices) weighted by their 3.2 GB against 90.2 GB of experts at 1
+    dense, experts = d.dense_weight_bytes, 32 * 8 * 3 * 4096 * 14336 * 2
+    assert d.feature_factors["weight_traffic_s"] == pytest.approx(
+        (dense * d.weight_stream_factor + experts) / (dense + experts))
+    assert d.feature_factors["weight_traffic_s"] < 1.05 < d.weight_stream_factor
+    beta = np.linspace(1.0, 2.0, len(BETA_FEATURES))
+    alpha = np.array([5000.0, 2.0, 40.0, 50.0])[:len(ALPHA_FEATURES)]
+    a, b = slot_mapping(d, beta, alpha)
+    step_us = beta_features(d, prefill_tokens=0, prefill_context_tokens=0, prefill_attention_pairs=0,
+                            num_prefill_reqs=0, **ASYNC_STEP_AGGREGATES)[0] @ beta * 1e6
+    assert 5_000 < step_us < 50_000                  # a Mixtral TP2 decode step, in µs
+    assert a == pytest.approx([5000.0 + step_us, 0.0, 40.0])
+    assert slot_mapping(d, beta, alpha, async_scheduling=False)[0][0] == 5000.0
+    back_beta, back_alpha = blis_to_bayesblis({"beta_coeffs": b, "alpha_coeffs": a},
+                                              factors=d.feature_factors, tp_slot=blis_tp_slot(d),
+                                              async_step=blis_async_step_features(d))
+    # read back, alpha0 loses the wait of the step the read-back coefficients price (the
+    # slots drop kv_token_layer_s and tie decode to prefill compute: not the original step)
+    assert back_alpha["alpha_const_s"] == pytest.approx(a[0] - async_wait_us(back_beta, blis_async_step_features(d)))
+    assert back_alpha["alpha_const_s"] == pytest.approx(5000.0, rel=0.1)
+    assert back_beta["weight_traffic_s"] == pytest.approx(beta[BETA_FEATURES.index("weight_traffic_s")])
+
+
 def test_to_blis_beta_order():
     beta = {name: float(i + 1) for i, name in enumerate(BETA_FEATURES)}
     out = to_blis_beta(beta)
     assert len(out) == len(BLIS_BETA_ORDER) == 11
-    # beta1a, beta2a, beta3, beta4, beta5..7 (µs), beta8 = 0, beta1b = beta2b = kv, beta_EP
-    # (5 = kv_token_layer_s and 9 = offload_s have no BLIS slot; 7 = tp_sync_s is 0 at TP1)
-    assert out == [1.0, 2.0, 3.0, 6.0, 10.0, 11.0, 12.0, 0.0, 4.0, 4.0, 8.0]
+    # beta1a, beta2a = 0 (decode compute under the roofline), beta3, beta4, beta5..7 (µs),
+    # beta8 = 0, beta1b = beta2b = kv, beta_EP (5 = kv_token_layer_s and 9 = offload_s have
+    # no BLIS slot; 7 = tp_sync_s is 0 at TP1)
+    assert out == [1.0, 0.0, 3.0, 6.0, 10.0, 11.0, 12.0, 0.0, 4.0, 4.0, 8.0]
     # at TP4 the all-reduce latency (2 x log2(4) rounds per layer) joins the per-layer beta5;
     # the export reads the TP from the configuration key
     assert to_blis_beta(beta, tp=4)[4] == 10.0 + 4 * 7.0
     # BLIS prices raw bytes and FLOPs: the deployment's kernel-priced factors go into their slots
     factored = to_blis_beta(beta, tp=4, factors={"weight_traffic_s": 0.9, "prefill_compute_s": 2.0,
                                                  "decode_compute_s": 2.0, "tp_sync_s": 3.0})
-    assert factored[:3] == pytest.approx([2.0, 4.0, 3.0 * 0.9])
+    assert factored[:3] == pytest.approx([2.0, 0.0, 3.0 * 0.9])
     assert factored[4] == pytest.approx(10.0 + 4 * 7.0 * 3.0)
     from bayesblis.model.data import config_key, tp_of
 
