@@ -689,7 +689,7 @@ def _same(a, b, rtol: float = 1e-5) -> bool:
 
 
 def blis_to_bayesblis(blis: dict, *, factors: dict | None = None,
-                      tp_slot: tuple[float, float] | None = None,
+                      tp_slot: tuple[float, float, float] | None = None,
                       async_step=None) -> tuple[dict, dict]:
     """BLIS trained-physics lists ({"alpha_coeffs": [3], "beta_coeffs": [11]}) mapped onto
     bayesblis's coefficients ({beta name: value}, {alpha name: µs}): the inverse of the

@@ -420,7 +420,7 @@ def blis_async_step_features(deployment: Deployment) -> np.ndarray:
 
 def to_blis_beta(beta: Mapping[str, float], tp: int = 1,
                  factors: Mapping[str, float] | None = None,
-                 tp_slot: tuple[float, float] | None = None) -> list[float]:
+                 tp_slot: tuple[float, float, float] | None = None) -> list[float]:
     """Our coefficients in BLIS trained-physics `beta_coeffs` order (BLIS_BETA_ORDER).
 
     kv_traffic -> both β1b and β2b; tp_comm -> β4; ep_comm -> β_EP; overheads (µs)
