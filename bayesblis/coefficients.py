@@ -789,8 +789,8 @@ def export_record(draws: CoefficientDraws, *, prob: float | None = None, context
     }
 
 
-SLOT_MAPPING_NOTE = ("slot mapping, no scenario: on four shared runs BLIS ran these 0.5-3% "
-                     "short of bayesblis simulate in E2E, 5-8% in TTFT; --project-on SCENARIO or "
+SLOT_MAPPING_NOTE = ("slot mapping, no scenario: on 12 shared runs BLIS ran these 0.1-3% "
+                     "short of bayesblis simulate in E2E, 4-11% in TTFT; --project-on SCENARIO or "
                      "--format bayesblis-go reproduce it (docs/blis.md)")
 """What a slot-mapped BLIS YAML says about itself (measured: docs/blis.md)."""
 
