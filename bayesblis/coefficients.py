@@ -19,6 +19,7 @@ from bayesblis.discrepancy import fitted_load
 from bayesblis.errors import UnseenLevelError
 from bayesblis.model.data import config_key, config_row, tp_of
 from bayesblis.model.hierarchy import LEVELS
+from bayesblis.catalog.kernel_prices import hardware_scales
 from bayesblis.model.priors import PROPORTIONAL_GROUPS, floors, tie_columns
 
 LEVEL_COLUMNS = {short: column for short, _, column in LEVELS}
@@ -153,7 +154,9 @@ def coefficient_draws(posterior, *, model: str, model_family: str, arch: str, ha
                 + str(post.attrs.get("bayesblis_calibration_of", "another posterior"))
                 + "; ask that posterior for other configurations)")
         seen = {short: set(posterior.configs[column].astype(str)) for short, column in LEVEL_COLUMNS.items()}
-        beta = _population_draws(post, "beta", DIM_FEATURE, values, seen, rng, posterior.priors)
+        scales = {"hardware": hardware_scales(str(hardware))}
+        beta = _population_draws(post, "beta", DIM_FEATURE, values, seen, rng, posterior.priors,
+                                 scales)
         alpha = _population_draws(post, "alpha", DIM_ALPHA_FEATURE, values, seen, rng,
                                   posterior.priors)
         sigma = sigma_all[np.arange(n_total), rng.integers(0, sigma_all.shape[1], n_total)]
@@ -215,13 +218,14 @@ def level_effects(post, name: str, dim: str):
         yield short, column, cols, tau, effects
 
 
-def _population_draws(post, name, dim, values, seen, rng, priors):
+def _population_draws(post, name, dim, values, seen, rng, priors, scales=None):
     """floor + exp(mu + level effects + a fresh config effect) for an unfitted
     configuration (floors: the fit's `priors`, model/priors.py).
 
     Seen levels contribute their posterior effects (0 when the fit gave that level no
     effect); unseen ones (and the new configuration itself) a fresh Normal(0, tau) draw per
-    posterior sample.
+    posterior sample, tau capped per coefficient by `scales` ({level: {feature: sd}}: a new
+    GPU's kernel-measured coefficients, `catalog.kernel_prices.hardware_scales`).
     """
     theta = _stacked(post, f"{name}_mu").values.copy()  # [S, K]
     features = [str(f) for f in post[dim].values]
@@ -229,7 +233,8 @@ def _population_draws(post, name, dim, values, seen, rng, priors):
         if short != "config" and str(values[short]) in seen[short]:
             effect = effects.get(str(values[short]), 0.0)
         else:
-            effect = tau * antithetic_normal(rng, tau.shape)
+            effect = _capped(tau, [features[c] for c in cols], (scales or {}).get(short)) \
+                * antithetic_normal(rng, tau.shape)
         theta[:, cols] += effect
     groups = PROPORTIONAL_GROUPS.items() if name == "beta" else ()
     for group_name, members in groups:
@@ -242,6 +247,14 @@ def _population_draws(post, name, dim, values, seen, rng, priors):
         theta[:, group] += (tau * antithetic_normal(rng, tau.shape))[:, None]
     coef = floors(priors[name], features) + np.exp(theta)
     return tie_columns(coef, features) if name == "beta" else coef
+
+
+def _capped(tau: np.ndarray, features: list[str], caps: dict | None) -> np.ndarray:
+    """Level scales tau [S, k] with column j at most caps[features[j]] where given."""
+    if not caps:
+        return tau
+    cap = np.array([caps.get(f, np.inf) for f in features])
+    return np.minimum(tau, cap[None, :])
 
 
 def deployment_draws(posterior, deployment, **kwargs) -> CoefficientDraws:

@@ -298,7 +298,7 @@ class Discrepancy:
         `for_configuration` has found a configuration never fitted; the extrapolation term
         (module docstring) once it has a fitted configuration's `fitted_load` and the
         caller the stage's requests in flight (`stage_load`)."""
-        scale = self.scale.get(metric, 1.0) if self.applies == NEW_CONFIGURATION else 1.0
+        scale = self.scale.get(metric, 1.0) if self.applies in SCALED_RULES else 1.0
         sd = self.for_metric(metric)
         excess = load_excess(stage_load, self.fitted_load)
         if excess > 0 and metric in self.slope:
@@ -312,13 +312,24 @@ class Discrepancy:
                           fitted_load: float | None = None) -> "Discrepancy":
         """The rule for one deployment's draws (`coefficients.CoefficientDraws`' fields): a
         configuration never fitted, on hardware the fit has seen, gets the scale of its
-        posterior spread (and the sd only for metrics without a scale); any other the sd,
-        growing beyond its `fitted_load` (`widening`)."""
-        if seen_config or "hardware" in (unseen_levels or {}) or not self.scale:
+        posterior spread (and the sd only for metrics without a scale); on a GPU never
+        traced that kernel-db measured, that scale plus the GPU's own log-scale sd
+        (`catalog.kernel_prices.HARDWARE_SCALE`) on every metric; on any other GPU never
+        traced the sd; a new run of a fitted configuration the sd, growing beyond its
+        `fitted_load` (`widening`)."""
+        from bayesblis.catalog.kernel_prices import HARDWARE_SCALE, hardware_scales
+
+        gpu = (unseen_levels or {}).get("hardware")
+        if gpu is not None and not hardware_scales(str(gpu)):
+            return replace(self, scale={}, applies=UNMEASURED_GPU, fitted_load=None)
+        if seen_config or not self.scale:
             return replace(self, scale={}, applies=NEW_RUN,
                            fitted_load=fitted_load if seen_config else None)
-        return replace(self, sd={m: v for m, v in self.sd.items() if m not in self.scale},
-                       applies=NEW_CONFIGURATION, fitted_load=None)
+        own = {m: v for m, v in self.sd.items() if m not in self.scale}
+        if gpu is None:
+            return replace(self, sd=own, applies=NEW_CONFIGURATION, fitted_load=None)
+        sd = {m: float(np.hypot(own.get(m, 0.0), HARDWARE_SCALE)) for m in {*self.sd, *self.scale}}
+        return replace(self, sd=sd, applies=NEW_GPU, fitted_load=None)
 
     def to_dict(self) -> dict:
         out = {"source": self.source, "holdout": self.holdout,
@@ -338,6 +349,12 @@ class Discrepancy:
 NEW_RUN = "new run of a fitted configuration: posterior draws x exp(sd z)"
 NEW_CONFIGURATION = ("configuration never fitted, on fitted hardware: the posterior's log "
                      "spread about its median x scale")
+NEW_GPU = ("configuration on a GPU never traced that kernel-db measured: the posterior's log "
+           "spread about its median x scale, and the GPU's own log-scale sd")
+UNMEASURED_GPU = ("configuration on a GPU neither traced nor in kernel-db: the posterior's "
+                  "draws (the prior's GPU spread) x exp(sd z)")
+SCALED_RULES = (NEW_CONFIGURATION, NEW_GPU)
+"""Rules under which a metric's posterior spread is scaled (`Discrepancy.widening`)."""
 
 
 def metric_widening(discrepancy: Discrepancy | None, metric: str,

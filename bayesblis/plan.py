@@ -37,7 +37,7 @@ import numpy as np
 
 from bayesblis import __version__
 from bayesblis.constants import CI_PROB
-from bayesblis.discrepancy import (NEW_CONFIGURATION, load_excess, metric_widening,
+from bayesblis.discrepancy import (SCALED_RULES, load_excess, metric_widening,
                                    pass_probability)
 from bayesblis.errors import BayesBlisError, UnseenLevelError
 from bayesblis.simulate.results import (METRICS, Draws, per_draw_metrics, predicted_load,
@@ -702,7 +702,7 @@ def never_fitted_options(plan: dict) -> list[str]:
     """Labels of a PLAN.json's options whose draws' spread the discrepancy scaled (a
     configuration the posterior never fitted, `Discrepancy.for_configuration`)."""
     return [o.get("label", "?") for o in plan["options"]
-            if (o.get("coefficients") or {}).get("discrepancy_rule") == NEW_CONFIGURATION]
+            if (o.get("coefficients") or {}).get("discrepancy_rule") in SCALED_RULES]
 
 
 def extrapolated_options(plan: dict) -> list[str]:

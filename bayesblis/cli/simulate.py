@@ -113,7 +113,7 @@ def format_summary(result: dict) -> str:
     [interval] and the mean; then the share of draws that saturate each stage."""
     import math
 
-    from bayesblis.discrepancy import NEW_CONFIGURATION
+    from bayesblis.discrepancy import NEW_GPU, SCALED_RULES
     from bayesblis.simulate.results import METRICS, SATURATION_LAG_GROWTH
     from bayesblis.simulate.workload import format_workload_summary
 
@@ -124,8 +124,10 @@ def format_summary(result: dict) -> str:
     ci = int(round(result["metadata"].get("ci_prob", 0.9) * 100))
     head = f"{'metric':<26}" + "".join(f"{name:>{width}}" for name, _ in blocks)
     disc = result["metadata"].get("discrepancy")
-    never_fitted = bool(disc) and disc.get("applies") == NEW_CONFIGURATION
-    kind = (f"{ci}% prediction interval: draws' spread x scale (configuration never fitted)"
+    never_fitted = bool(disc) and disc.get("applies") in SCALED_RULES
+    kind = (f"{ci}% prediction interval: draws' spread x scale, with the new GPU's own spread"
+            if never_fitted and disc.get("applies") == NEW_GPU else
+            f"{ci}% prediction interval: draws' spread x scale (configuration never fitted)"
             if never_fitted else
             f"{ci}% prediction interval: draws x simulator discrepancy" if disc
             else f"{ci}% interval of the posterior draws")

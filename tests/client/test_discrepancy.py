@@ -164,7 +164,9 @@ def test_scaled_draws_keep_their_median_and_scale_their_log_spread():
 
 
 def test_each_deployment_gets_the_rule_measured_for_its_kind():
-    from bayesblis.discrepancy import NEW_CONFIGURATION, NEW_RUN, Discrepancy
+    from bayesblis.catalog.kernel_prices import HARDWARE_SCALE
+    from bayesblis.discrepancy import (NEW_CONFIGURATION, NEW_GPU, NEW_RUN, UNMEASURED_GPU,
+                                        Discrepancy)
 
     d = Discrepancy(sd={"e2e_mean_s": 0.04, "ttft_mean_s": 0.09}, scale={"e2e_mean_s": 0.3},
                     source="exp", holdout="experiment", scale_source="model")
@@ -175,7 +177,14 @@ def test_each_deployment_gets_the_rule_measured_for_its_kind():
     assert new_cfg.widening("e2e_mean_s") == (0.0, 0.3)
     assert new_cfg.widening("ttft_mean_s") == (0.09, 1.0)       # no scale measured: the sd
     assert new_cfg.widening("throughput_tokens_per_s") == (0.0, 1.0)
-    assert d.for_configuration(False, {"hardware": "A100"}).widening("e2e_mean_s") == (0.04, 1.0)
+    # a GPU never traced and not in kernel-db: the posterior's whole spread, and the sd
+    unmeasured = d.for_configuration(False, {"hardware": "A40"})
+    assert unmeasured.applies == UNMEASURED_GPU and unmeasured.widening("e2e_mean_s") == (0.04, 1.0)
+    # one kernel-db measured: the scale, and the GPU's own sd on every metric
+    new_gpu = d.for_configuration(False, {"hardware": "A100-SXM-80GB", "model_family": "mixtral"})
+    assert new_gpu.applies == NEW_GPU
+    assert new_gpu.widening("e2e_mean_s") == pytest.approx((HARDWARE_SCALE, 0.3))
+    assert new_gpu.widening("ttft_mean_s") == pytest.approx((np.hypot(0.09, HARDWARE_SCALE), 1.0))
     assert Discrepancy(sd={"e2e_mean_s": 0.04}).for_configuration(False).applies == NEW_RUN
     assert new_cfg.to_dict()["scale"] == {"e2e_mean_s": 0.3}
 

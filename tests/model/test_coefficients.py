@@ -61,6 +61,26 @@ def test_unseen_draws_come_in_antithetic_pairs(tiny_fit):
     np.testing.assert_allclose(fresh[half:2 * half], -fresh[:half], atol=1e-9)
 
 
+def test_a_new_gpu_kernel_db_measured_varies_less_where_its_kernels_are_in_the_features(tiny_fit):
+    from bayesblis.catalog.kernel_prices import HARDWARE_SCALE, hardware_scales
+
+    assert hardware_scales("L40S")["weight_traffic_s"] == HARDWARE_SCALE
+    assert hardware_scales("A40") == {}                    # not in kernel-db
+    post = load_posterior(tiny_fit[1])
+    measured, datasheet = (coefficient_draws(post, **_levels(hardware=gpu), allow_unseen=True,
+                                             seed=3) for gpu in ("L40S", "A40"))
+    log_of = lambda d, f: np.log(d.beta[:, post.beta_features.index(f)])  # noqa: E731
+    spread = lambda d, f: np.std(log_of(d, f))  # noqa: E731
+    assert spread(measured, "weight_traffic_s") < spread(datasheet, "weight_traffic_s")
+    # same seed, same normals: the two differ by (tau - HARDWARE_SCALE) z_hardware alone
+    tau = float(post.idata.posterior["beta_tau_hardware"].sel(
+        beta_hardware_feature="weight_traffic_s").mean())
+    gap = log_of(datasheet, "weight_traffic_s") - log_of(measured, "weight_traffic_s")
+    assert np.std(gap) == pytest.approx(tau - HARDWARE_SCALE, rel=0.25)
+    # a coefficient kernel-db does not measure keeps the posterior's hardware scale
+    assert spread(measured, "layer_overhead_s") == pytest.approx(spread(datasheet, "layer_overhead_s"))
+
+
 def test_new_configuration_of_seen_levels_is_population_level(tiny_fit):
     _, path, _ = tiny_fit
     post = load_posterior(path)
