@@ -710,9 +710,10 @@ def blis_to_bayesblis(blis: dict, *, factors: dict | None = None,
     Each coefficient is divided by its kernel-priced factor (`factors`, as
     `Deployment.feature_factors`: the ones the export multiplied in); beta5 becomes the
     per-layer overhead (tp_sync_s 0: the export folds it into beta5 at its TP); beta1b and beta2b (KV memory,
-    one coefficient here) their mean; beta8 (per MoE layer) and alpha1 (post-decode) have
-    no bayesblis slot and are dropped; kv_token_layer_s, alpha_prompt_s and
-    alpha_frontend_s are 0 (no BLIS slot), offload_s 1 (the physics estimate); a beta2a of 0
+    one coefficient here) their mean; beta8 (per MoE layer) has no bayesblis slot and is
+    dropped; alpha1 (post-decode) is the return cost at `BLIS_TYPICAL_REQUEST`'s decoding
+    requests, and alpha0 holds it once more (the prompt cost stays in alpha0: alpha_prompt_s
+    0); kv_token_layer_s is 0 (no BLIS slot), offload_s 1 (the physics estimate); a beta2a of 0
     (the export's: decode compute under the roofline) reads as the prefill compute's, to which
     the fit ties it. `tp_slot`
     (`features.beta.blis_tp_slot`): beta4 is tp_comm times its slope factor, and beta7 holds
@@ -727,8 +728,8 @@ def blis_to_bayesblis(blis: dict, *, factors: dict | None = None,
             "step_overhead_s": b[6] - tp_comm * tp_step_us}
     beta = {k: v / float((factors or {}).get(k, 1.0)) for k, v in beta.items()}
     wait_us = async_wait_us(beta, async_step)
-    alpha = {"alpha_const_s": max(a[0] - wait_us, 0.0), "alpha_prompt_s": 0.0, "alpha_output_s": a[2],
-             "alpha_frontend_s": 0.0}
+    alpha = {"alpha_const_s": max(a[0] - wait_us - a[1], 0.0), "alpha_prompt_s": 0.0,
+             "alpha_output_s": a[2], "alpha_frontend_s": a[1] / BLIS_TYPICAL_REQUEST["decoding_requests"]}
     return beta, alpha
 
 
@@ -757,16 +758,26 @@ def _from_blis(blis: dict, deployment) -> tuple[np.ndarray, np.ndarray]:
 
 # ---------------------------------------------------------------------- export
 BLIS_ALPHA_ORDER = ("alpha0_arrival_to_queue_us", "alpha1_post_decode_us", "alpha2_per_output_token_us")
-"""BLIS trained-physics `alpha_coeffs` order. bayesblis has no separate post-decode
-constant (alpha1 = 0); its per-prompt-token alpha and its per-request-decoding return cost
-(`alpha_frontend_s`) have no BLIS slot, so BLIS runs with these coefficients leave out
-the API server's load (TTFT at high load a few ms short; the JSON export keeps it)."""
+"""BLIS trained-physics `alpha_coeffs` order. BLIS has no slot for bayesblis's
+per-prompt-token alpha nor for its per-request-decoding return cost (`alpha_frontend_s`):
+a slot-mapped export prices both at `BLIS_TYPICAL_REQUEST` (the JSON export keeps them)."""
+
+BLIS_TYPICAL_REQUEST = {"prompt_tokens": 512, "decoding_requests": 16}
+"""The request a slot-mapped BLIS alpha prices bayesblis's load-dependent request costs at:
+a 512-token prompt (`alpha_prompt_s`, in alpha0), returned while 16 requests decode (the
+step of `features.beta.ASYNC_STEP_AGGREGATES`): `alpha_frontend_s` x 16 once in alpha0 (its
+first token) and once in alpha1, BLIS's post-decode overhead (its last token)."""
 
 
 def to_blis_alpha(alpha, wait_us: float = 0.0) -> list[float]:
     """Our alpha coefficients (µs) in BLIS `alpha_coeffs` order; `wait_us` (`async_wait_us`)
-    joins alpha0: BLIS's step model has no async-scheduling wait of its own."""
-    return [float(alpha["alpha_const_s"]) + float(wait_us), 0.0, float(alpha["alpha_output_s"])]
+    joins alpha0: BLIS's step model has no async-scheduling wait of its own. The prompt and
+    return costs are priced at `BLIS_TYPICAL_REQUEST`."""
+    typical = BLIS_TYPICAL_REQUEST
+    return_us = float(alpha.get("alpha_frontend_s", 0.0)) * typical["decoding_requests"]
+    prompt_us = float(alpha.get("alpha_prompt_s", 0.0)) * typical["prompt_tokens"]
+    return [float(alpha["alpha_const_s"]) + float(wait_us) + prompt_us + return_us, return_us,
+            float(alpha["alpha_output_s"])]
 
 
 def export_record(draws: CoefficientDraws, *, prob: float | None = None, context=None,
@@ -803,8 +814,9 @@ def export_record(draws: CoefficientDraws, *, prob: float | None = None, context
 
 
 SLOT_MAPPING_NOTE = ("slot mapping, no scenario: on 12 shared runs BLIS ran these 0.1-3% "
-                     "short of bayesblis simulate in E2E, 4-11% in TTFT; --project-on SCENARIO or "
-                     "--format bayesblis-go reproduce it (docs/blis.md)")
+                     "short of bayesblis simulate in E2E, TTFT within -4.4..+3.0% (prompt and "
+                     "return costs at a 512-token prompt, 16 requests decoding); --project-on "
+                     "SCENARIO or --format bayesblis-go reproduce it (docs/blis.md)")
 """What a slot-mapped BLIS YAML says about itself (measured: docs/blis.md)."""
 
 

@@ -20,7 +20,8 @@ behind the others' (`decoding_at`). It is paid twice per request, by its first a
 last token, so it moves TTFT and E2E, not the per-token ITL in between. On the 16 shared
 H100 runs the TTFT the step model left unexplained grew by 0.4-1.1 ms per 1,000 output
 tokens/s of the server across all four models (docs/model.md, model version 6). BLIS's
-alpha has no such term (`coefficients.to_blis_alpha`)."""
+alpha has no such term: a slot-mapped export prices it at a typical request
+(`coefficients.BLIS_TYPICAL_REQUEST`, `coefficients.to_blis_alpha`)."""
 
 QUEUE_FEATURES = ("queue_const_s", "queue_waiting_s", "queue_running_s",
                   "queue_kv_usage_s", "queue_prompt_chunks_s")

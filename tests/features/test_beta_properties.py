@@ -177,15 +177,19 @@ def test_slot_mapping_weighs_moe_weights_and_waits_one_step_in_alpha0():
     step_us = beta_features(d, prefill_tokens=0, prefill_context_tokens=0, prefill_attention_pairs=0,
                             num_prefill_reqs=0, **ASYNC_STEP_AGGREGATES)[0] @ beta * 1e6
     assert 5_000 < step_us < 50_000                  # a Mixtral TP2 decode step, in µs
-    assert a == pytest.approx([5000.0 + step_us, 0.0, 40.0])
-    assert slot_mapping(d, beta, alpha, async_scheduling=False)[0][0] == 5000.0
+    # the prompt (2 µs x 512 tokens) and the return cost (50 µs x 16 decoding) at the typical
+    # request: the return once in alpha0 (first token), once in alpha1 (last token)
+    assert a == pytest.approx([5000.0 + step_us + 2.0 * 512 + 50.0 * 16, 50.0 * 16, 40.0])
+    assert slot_mapping(d, beta, alpha, async_scheduling=False)[0][0] == 5000.0 + 1024 + 800
     back_beta, back_alpha = blis_to_bayesblis({"beta_coeffs": b, "alpha_coeffs": a},
                                               factors=d.feature_factors, tp_slot=blis_tp_slot(d),
                                               async_step=blis_async_step_features(d))
     # read back, alpha0 loses the wait of the step the read-back coefficients price (the
     # slots drop kv_token_layer_s and tie decode to prefill compute: not the original step)
-    assert back_alpha["alpha_const_s"] == pytest.approx(a[0] - async_wait_us(back_beta, blis_async_step_features(d)))
-    assert back_alpha["alpha_const_s"] == pytest.approx(5000.0, rel=0.1)
+    assert back_alpha["alpha_const_s"] == pytest.approx(
+        a[0] - async_wait_us(back_beta, blis_async_step_features(d)) - a[1])
+    assert back_alpha["alpha_const_s"] == pytest.approx(5000.0 + 1024, rel=0.1)  # prompt cost kept
+    assert back_alpha["alpha_frontend_s"] == pytest.approx(50.0) and back_alpha["alpha_prompt_s"] == 0.0
     assert back_beta["weight_traffic_s"] == pytest.approx(beta[BETA_FEATURES.index("weight_traffic_s")])
 
 
