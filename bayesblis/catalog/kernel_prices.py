@@ -58,8 +58,10 @@ TABLE_BYTES = {"bf16": 2.0, "fp8": 1.0}
 PRICE_COMPUTE = False
 """Whether deployments carry `compute_factor` (their dense GEMMs' measured FLOP rate). Off:
 measured on the new-model check (docs/kernel-db.md), it priced Llama-4-Scout's FP8 GEMMs at
-2.6x the reference's FLOP time and moved its E2E from 2% to 8% too slow (median, seed 1),
-and no traced configuration measures what it adds elsewhere."""
+2.6x the reference's FLOP time and moved its E2E from 2% to 8% too slow (median, seed 1);
+applied to bf16 and fp16 only (model version 8 features), E2E and ITL held out stayed
+within 0.1 point and TTFT held out by model went from 1.33 / 1.33% to 1.40 / 2.35% (seeds
+1 / 2; benchmarks/results/experiments/model-v8-*-compute-bf16-*)."""
 PRICE_MOE = False
 """Whether deployments carry `moe_factor` (routed experts at vLLM's measured fused-MoE
 time). Off: measured on the new-model check (docs/kernel-db.md), it moved Llama-4-Scout
