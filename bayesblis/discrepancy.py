@@ -142,19 +142,71 @@ def spread_scale(records: list[dict], metrics, ci_prob: float = 0.9) -> dict:
     stage are left out."""
     out = {}
     for metric in metrics:
-        rows = [r for r in records if not r["overloaded"] and not r.get("seen_config", True)
-                and "hardware" not in (r.get("unseen_levels") or {})
-                and r[f"measured_{metric}"] > 0
-                and 0 < r.get(f"pred_{metric}_lo", 0) < r.get(f"pred_{metric}", 0)
-                < r.get(f"pred_{metric}_hi", 0)]
+        rows = [r for r in records if _scorable(r, metric)]
         if not rows:
             continue
-        scores = np.sort([spread_score(r[f"measured_{metric}"], r[f"pred_{metric}"],
-                                       r[f"pred_{metric}_lo"], r[f"pred_{metric}_hi"])
-                          for r in rows])
+        scores = np.sort([_score(r, metric) for r in rows])
         k = min(len(scores), int(np.ceil((len(scores) + 1) * ci_prob)))
         out[metric] = {"scale": float(scores[k - 1]), "n_stages": len(rows)}
     return out
+
+
+def never_fitted_records(report: dict, source="report") -> list[dict]:
+    """Records of predictions of configurations never fitted on seen hardware, with the
+    posterior-only interval as ``pred_<metric>_lo/hi`` (what `spread_scale` scores), from a
+    `bayesblis validate` REPORT.json (its ``model_pred_*`` when a discrepancy widened the
+    others) or a `validate --external` report made without a discrepancy; each record's
+    ``group`` is its held-out model (the unit `spread_scale_coverage` leaves out).
+    An external report with a discrepancy is an InputError: its intervals are scaled."""
+    from bayesblis.errors import InputError
+
+    external = report.get("report") == "external_check"
+    if external and report.get("discrepancy"):
+        raise InputError(source, "the intervals were made with a discrepancy", field="discrepancy",
+                         expected="a `validate --external` report with posterior-only intervals "
+                                  "(benchmarks/new_models.py --discrepancy none)")
+    out = []
+    for r in report.get("records", []):
+        if r.get("seen_config", True) or "hardware" in (r.get("unseen_levels") or {}):
+            continue
+        rec = dict(r, overloaded=bool(r.get("overloaded", False)),
+                   group=str(r.get("model") if external else r.get("fold")))
+        for key in [k for k in r if k.startswith("model_pred_")]:
+            rec[key[len("model_"):]] = r[key]
+        out.append(rec)
+    return out
+
+
+def spread_scale_coverage(records: list[dict], metrics, ci_prob: float = 0.9) -> dict:
+    """{metric: {"coverage", "n_stages"}} when each record's `group` (its held-out model)
+    gets the `spread_scale` of the other groups' records: the cross-validated coverage of
+    the scale itself."""
+    out = {}
+    for metric in metrics:
+        rows = [r for r in records if _scorable(r, metric)]
+        hits = []
+        for group in sorted({r["group"] for r in rows}):
+            scale = spread_scale([r for r in rows if r["group"] != group], [metric], ci_prob)
+            if metric in scale:
+                hits += [_score(r, metric) <= scale[metric]["scale"] for r in rows if r["group"] == group]
+        if hits:
+            out[metric] = {"coverage": float(np.mean(hits)), "n_stages": len(hits)}
+    return out
+
+
+def _scorable(r: dict, metric: str) -> bool:
+    """A normal-load stage of a configuration never fitted, on seen hardware, with a
+    positive measurement and a posterior interval around its median."""
+    return (not r["overloaded"] and not r.get("seen_config", True)
+            and "hardware" not in (r.get("unseen_levels") or {})
+            and r.get(f"measured_{metric}", 0) > 0
+            and 0 < r.get(f"pred_{metric}_lo", 0) < r.get(f"pred_{metric}", 0)
+            < r.get(f"pred_{metric}_hi", 0))
+
+
+def _score(r: dict, metric: str) -> float:
+    return spread_score(r[f"measured_{metric}"], r[f"pred_{metric}"], r[f"pred_{metric}_lo"],
+                        r[f"pred_{metric}_hi"])
 
 
 def spread_score(measured: float, median: float, lo: float, hi: float) -> float:

@@ -234,3 +234,40 @@ def test_beyond_its_fitted_load_a_fitted_configuration_gets_a_wider_interval():
                         slope={"e2e_mean_s": 0.2}).for_configuration(False, fitted_load=50.0)
     assert never.fitted_load is None
     assert fitted.to_dict()["extrapolation_slope"] == {"e2e_mean_s": 0.2}
+
+
+def _stage(group, measured, seen=False, **extra):
+    """A never-fitted stage predicted at median 1.0 with a posterior interval [0.5, 2.0]."""
+    return {"model": group, "fold": group, "seen_config": seen, "unseen_levels": {},
+            "measured_e2e_mean_s": measured, "pred_e2e_mean_s": 1.0,
+            "pred_e2e_mean_s_lo": 0.5, "pred_e2e_mean_s_hi": 2.0, **extra}
+
+
+def test_never_fitted_stages_come_from_validation_and_external_reports():
+    from bayesblis.discrepancy import never_fitted_records, spread_scale
+    from bayesblis.errors import InputError
+
+    # held out by model with a discrepancy: the posterior-only interval is model_pred_*
+    validation = {"records": [_stage("a", 1.1, overloaded=False, pred_e2e_mean_s_lo=0.9,
+                                     pred_e2e_mean_s_hi=1.2, model_pred_e2e_mean_s_lo=0.5,
+                                     model_pred_e2e_mean_s_hi=2.0),
+                              _stage("a", 1.0, seen=True, overloaded=False)]}
+    external = {"report": "external_check", "discrepancy": None,
+                "records": [_stage("b", 0.8), _stage("c", 1.4, unseen_levels={"hardware": "L40S"})]}
+    records = never_fitted_records(validation) + never_fitted_records(external)
+    assert [(r["group"], r["pred_e2e_mean_s_lo"]) for r in records] == [("a", 0.5), ("b", 0.5)]
+    # 1.1 of a log-spread log(2) above, 0.8 of log(2) below: the larger score is the scale
+    assert spread_scale(records, ["e2e_mean_s"])["e2e_mean_s"]["scale"] == pytest.approx(
+        np.log(1 / 0.8) / np.log(2))
+    with pytest.raises(InputError, match="discrepancy"):
+        never_fitted_records(dict(external, discrepancy={"sd": {}}), "check.json")
+
+
+def test_the_scales_cross_validated_coverage_leaves_each_model_out():
+    from bayesblis.discrepancy import spread_scale_coverage
+
+    # three models; the one far off (score 2) is covered by no scale of the other two
+    records = [dict(_stage(g, m), overloaded=False, group=g)
+               for g, m in (("a", 1.2), ("b", 1.3), ("c", 4.0))]
+    out = spread_scale_coverage(records, ["e2e_mean_s"])["e2e_mean_s"]
+    assert out == {"coverage": pytest.approx(2 / 3), "n_stages": 3}
