@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
+from bayesblis.catalog.kernel_prices import hardware_scales
 from bayesblis.constants import CI_PROB, DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEATURE
 from bayesblis.discrepancy import fitted_load
 from bayesblis.errors import UnseenLevelError
 from bayesblis.model.data import config_key, config_row, tp_of
 from bayesblis.model.hierarchy import LEVELS
-from bayesblis.catalog.kernel_prices import hardware_scales
 from bayesblis.model.priors import PROPORTIONAL_GROUPS, floors, tie_columns
 
 LEVEL_COLUMNS = {short: column for short, _, column in LEVELS}
@@ -728,8 +728,9 @@ def blis_to_bayesblis(blis: dict, *, factors: dict | None = None,
             "step_overhead_s": b[6] - tp_comm * tp_step_us}
     beta = {k: v / float((factors or {}).get(k, 1.0)) for k, v in beta.items()}
     wait_us = async_wait_us(beta, async_step)
+    decoding = BLIS_TYPICAL_REQUEST["decoding_requests"]
     alpha = {"alpha_const_s": max(a[0] - wait_us - a[1], 0.0), "alpha_prompt_s": 0.0,
-             "alpha_output_s": a[2], "alpha_frontend_s": a[1] / BLIS_TYPICAL_REQUEST["decoding_requests"]}
+             "alpha_output_s": a[2], "alpha_frontend_s": a[1] / decoding}
     return beta, alpha
 
 

@@ -188,7 +188,8 @@ def spread_scale_coverage(records: list[dict], metrics, ci_prob: float = 0.9) ->
         for group in sorted({r["group"] for r in rows}):
             scale = spread_scale([r for r in rows if r["group"] != group], [metric], ci_prob)
             if metric in scale:
-                hits += [_score(r, metric) <= scale[metric]["scale"] for r in rows if r["group"] == group]
+                hits += [_score(r, metric) <= scale[metric]["scale"]
+                         for r in rows if r["group"] == group]
         if hits:
             out[metric] = {"coverage": float(np.mean(hits)), "n_stages": len(hits)}
     return out

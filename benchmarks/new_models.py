@@ -63,9 +63,9 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         posterior = args.posterior or fit_traced_runs(Path(tmp))
+        discrepancy = None if args.discrepancy == "none" else load_discrepancy(args.discrepancy)
         report = run_check(expand_runs([SHARED / "real/h100-new-models"]), posterior,
-                           n_draws=args.draws, seed=args.seed,
-                           discrepancy=None if args.discrepancy == "none" else load_discrepancy(args.discrepancy),
+                           n_draws=args.draws, seed=args.seed, discrepancy=discrepancy,
                            model_configs=[SHARED / "model_configs"], echo=print)
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     records = report["records"]

@@ -74,9 +74,9 @@ features, what is left of a new GPU is how far serving strays from those kernels
 traced H100 the fitted weight and KV coefficients (1.21, 1.17, quick-tour posterior) are
 0.97 and 0.93 of kernel-db's times there (`reference_ratios`: 1.25 and 1.25 of the
 datasheet); two A100 runs measured elsewhere, with weights and KV rescaled by kernel-db,
-were +2% and +14% E2E. Compute is not priced (`PRICE_COMPUTE`), so its spread stays the posterior's
-hardware scale (the prior's 0.3), as do the overheads and every coefficient of a GPU kernel-db
-lacks."""
+were +2% and +14% E2E. Compute is not priced (`PRICE_COMPUTE`), so its spread stays the
+posterior's hardware scale (the prior's 0.3), as do the overheads and every coefficient of a
+GPU kernel-db lacks."""
 HARDWARE_SCALED_FEATURES = {
     "gemm": ("weight_traffic_s",),
     "decode_attention": ("kv_traffic_s",),

@@ -78,7 +78,8 @@ def test_a_new_gpu_kernel_db_measured_varies_less_where_its_kernels_are_in_the_f
     gap = log_of(datasheet, "weight_traffic_s") - log_of(measured, "weight_traffic_s")
     assert np.std(gap) == pytest.approx(tau - HARDWARE_SCALE, rel=0.25)
     # a coefficient kernel-db does not measure keeps the posterior's hardware scale
-    assert spread(measured, "layer_overhead_s") == pytest.approx(spread(datasheet, "layer_overhead_s"))
+    assert spread(measured, "layer_overhead_s") == pytest.approx(
+        spread(datasheet, "layer_overhead_s"))
 
 
 def test_new_configuration_of_seen_levels_is_population_level(tiny_fit):
