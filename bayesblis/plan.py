@@ -36,8 +36,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from bayesblis import __version__
+from bayesblis.catalog.kernel_prices import HARDWARE_SCALE
 from bayesblis.constants import CI_PROB
-from bayesblis.discrepancy import (SCALED_RULES, load_excess, metric_widening,
+from bayesblis.discrepancy import (NEW_CONFIGURATION, NEW_GPU, load_excess, metric_widening,
                                    pass_probability)
 from bayesblis.errors import BayesBlisError, UnseenLevelError
 from bayesblis.simulate.results import (METRICS, Draws, per_draw_metrics, predicted_load,
@@ -699,10 +700,21 @@ def traffic_description(scenario, search) -> dict:
 
 
 def never_fitted_options(plan: dict) -> list[str]:
-    """Labels of a PLAN.json's options whose draws' spread the discrepancy scaled (a
-    configuration the posterior never fitted, `Discrepancy.for_configuration`)."""
+    """Labels of a PLAN.json's options whose draws' spread the discrepancy scaled, on
+    hardware the posterior fitted (a configuration it never fitted,
+    `Discrepancy.for_configuration`)."""
+    return _options_under(plan, NEW_CONFIGURATION)
+
+
+def new_gpu_options(plan: dict) -> list[str]:
+    """Labels of a PLAN.json's options on a GPU never traced that kernel-db measured: their
+    spread scaled and widened by the GPU's own sd (`catalog.kernel_prices.HARDWARE_SCALE`)."""
+    return _options_under(plan, NEW_GPU)
+
+
+def _options_under(plan: dict, rule: str) -> list[str]:
     return [o.get("label", "?") for o in plan["options"]
-            if (o.get("coefficients") or {}).get("discrepancy_rule") in SCALED_RULES]
+            if (o.get("coefficients") or {}).get("discrepancy_rule") == rule]
 
 
 def extrapolated_options(plan: dict) -> list[str]:
@@ -750,6 +762,11 @@ def format_plan(plan: dict) -> str:
     if never_fitted:
         lines.append(f"never fitted ({', '.join(never_fitted)}): the draws' spread about their "
                      f"median is scaled as measured held out by model, not widened")
+    new_gpus = new_gpu_options(plan)
+    if new_gpus:
+        lines.append(f"GPU never traced ({', '.join(new_gpus)}): the draws' spread is scaled "
+                     f"likewise and widened by the GPU's own log-scale sd of {HARDWARE_SCALE:g} "
+                     "(its kernels are in the features; docs/kernel-db.md)")
     beyond = extrapolated_options(plan)
     if beyond:
         lines.append(f"capacity beyond the traced load ({', '.join(beyond)}): the discrepancy "

@@ -128,7 +128,7 @@ NO_PLAN = ("No capacity plan was given. <code>bayesblis plan SCENARIO --posterio
 
 def plan_section(plan: dict) -> str:
     """Capacity per option and the predicted latencies, as figures first, then tables."""
-    from bayesblis.plan import extrapolated_options, never_fitted_options
+    from bayesblis.plan import extrapolated_options, never_fitted_options, new_gpu_options
     from bayesblis.report.figures import fig_latency, fig_plan
 
     parts = []
@@ -162,6 +162,11 @@ def plan_section(plan: dict) -> str:
             parts.append(f"<p>Never fitted ({_e(', '.join(never_fitted))}): each draw's spread "
                          f"about the median is scaled as measured held out by model, not "
                          f"widened.</p>")
+        new_gpus = new_gpu_options(plan)
+        if new_gpus:
+            parts.append(f"<p>GPU never traced ({_e(', '.join(new_gpus))}): each draw's spread "
+                         f"is scaled likewise and widened by the GPU's own log-scale sd "
+                         f"(its kernels are in the features).</p>")
         beyond = extrapolated_options(plan)
         if beyond:
             parts.append(f"<p>Capacity beyond the traced load ({_e(', '.join(beyond))}): the "

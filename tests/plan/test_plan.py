@@ -403,6 +403,25 @@ def test_a_configuration_never_fitted_gets_its_draws_spread_scaled(sweep):
     assert "never fitted" in format_plan(scaled_plan)
 
 
+def test_an_option_on_a_gpu_never_traced_is_scaled_and_widened_by_its_own_sd(sweep):
+    """H200 is in kernel-db but not in the tiny fit: its option gets the never-fitted scale
+    plus the GPU's own sd (`Discrepancy.for_configuration`), and the plan says so."""
+    from bayesblis.catalog.kernel_prices import HARDWARE_SCALE
+    from bayesblis.discrepancy import NEW_GPU, Discrepancy
+    from bayesblis.plan import format_plan, new_gpu_options
+
+    sc, posterior, slos, search, _, _ = sweep
+    disc = Discrepancy(sd={"itl_mean_s": 0.02}, scale={"itl_mean_s": 0.25}, source="test",
+                       holdout="experiment", scale_source="test, model")
+    task = option_tasks(sc, posterior, [{"hardware": "H200"}], slos, search, n_draws=DRAWS,
+                        allow_unseen=True, discrepancy=disc)[0]
+    assert task["coefficients"]["discrepancy_rule"] == NEW_GPU
+    plan = run_plan(sc, posterior, slos, [{"hardware": "H200"}], search=search, n_draws=DRAWS,
+                    allow_unseen=True, posterior_source="p", discrepancy=disc)
+    assert new_gpu_options(plan) == [plan["options"][0]["label"]]
+    assert f"log-scale sd of {HARDWARE_SCALE:g}" in format_plan(plan)
+
+
 def test_beyond_its_fitted_load_a_fitted_configuration_is_planned_less_surely(sweep):
     """A fitted configuration (qwen2.5-7b on the A100 at TP 2 in the tiny fit) carries the
     load its windows held; at a rate beyond it the SLO probabilities and intervals allow for
