@@ -162,17 +162,16 @@ def trained_physics_yaml(alpha_coeffs, beta_coeffs, *, config: str, comments=())
 
 
 def slot_mapping(deployment, beta, alpha_us, async_scheduling: bool = True) -> tuple[list, list]:
-    """bayesblis coefficients copied into BLIS's slots (`features.beta.to_blis_beta`,
-    `coefficients.to_blis_alpha`): same names, different bases (docs/blis.md)."""
-    from bayesblis.coefficients import async_wait_us, to_blis_alpha
-    from bayesblis.features.beta import BETA_FEATURES, blis_async_step_features, blis_tp_slot, to_blis_beta
+    """bayesblis coefficients copied into BLIS's slots (`coefficients.blis_slots`): same
+    names, different bases (docs/blis.md)."""
+    from bayesblis.coefficients import blis_slots
+    from bayesblis.features.beta import BETA_FEATURES, blis_async_step_features, blis_tp_slot
 
-    b = dict(zip(BETA_FEATURES, np.asarray(beta, float)))
-    a = dict(zip(ALPHA_FEATURES, np.asarray(alpha_us, float)))
-    wait = async_wait_us(b, blis_async_step_features(deployment)) if async_scheduling else 0.0
-    return (to_blis_alpha(a, wait),
-            to_blis_beta(b, tp=deployment.tp, factors=deployment.feature_factors,
-                         tp_slot=blis_tp_slot(deployment)))
+    return blis_slots(dict(zip(BETA_FEATURES, np.asarray(beta, float))),
+                      dict(zip(ALPHA_FEATURES, np.asarray(alpha_us, float))),
+                      tp=deployment.tp, factors=deployment.feature_factors,
+                      tp_slot=blis_tp_slot(deployment),
+                      async_step=blis_async_step_features(deployment) if async_scheduling else None)
 
 
 def write_trained_physics_files(out, deployment, beta, alpha, *, context=None,

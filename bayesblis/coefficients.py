@@ -18,6 +18,7 @@ from bayesblis.catalog.kernel_prices import hardware_scales
 from bayesblis.constants import CI_PROB, DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEATURE
 from bayesblis.discrepancy import fitted_load
 from bayesblis.errors import UnseenLevelError
+from bayesblis.features.beta import ASYNC_STEP_AGGREGATES
 from bayesblis.model.data import config_key, config_row, tp_of
 from bayesblis.model.hierarchy import LEVELS
 from bayesblis.model.priors import PROPORTIONAL_GROUPS, floors, tie_columns
@@ -763,11 +764,13 @@ BLIS_ALPHA_ORDER = ("alpha0_arrival_to_queue_us", "alpha1_post_decode_us", "alph
 per-prompt-token alpha nor for its per-request-decoding return cost (`alpha_frontend_s`):
 a slot-mapped export prices both at `BLIS_TYPICAL_REQUEST` (the JSON export keeps them)."""
 
-BLIS_TYPICAL_REQUEST = {"prompt_tokens": 512, "decoding_requests": 16}
+BLIS_TYPICAL_REQUEST = {"prompt_tokens": 512,
+                        "decoding_requests": ASYNC_STEP_AGGREGATES["num_decode_reqs"]}
 """The request a slot-mapped BLIS alpha prices bayesblis's load-dependent request costs at:
-a 512-token prompt (`alpha_prompt_s`, in alpha0), returned while 16 requests decode (the
-step of `features.beta.ASYNC_STEP_AGGREGATES`): `alpha_frontend_s` x 16 once in alpha0 (its
-first token) and once in alpha1, BLIS's post-decode overhead (its last token)."""
+a 512-token prompt (`alpha_prompt_s`, in alpha0), returned while the 16 requests of the step
+BLIS's alpha0 waits decode (`features.beta.ASYNC_STEP_AGGREGATES`): `alpha_frontend_s` x 16
+once in alpha0 (its first token) and once in alpha1, BLIS's post-decode overhead (its last
+token)."""
 
 
 def to_blis_alpha(alpha, wait_us: float = 0.0) -> list[float]:
@@ -781,15 +784,29 @@ def to_blis_alpha(alpha, wait_us: float = 0.0) -> list[float]:
             float(alpha["alpha_output_s"])]
 
 
+def blis_slots(beta: dict, alpha: dict, *, tp: int, factors: dict | None = None,
+               tp_slot=None, async_step=None) -> tuple[list[float], list[float]]:
+    """(alpha_coeffs, beta_coeffs) of a slot-mapped BLIS export of one coefficient set
+    ({name: value}): `to_blis_alpha` with the async wait of `async_step` (None: none) and
+    `features.beta.to_blis_beta` with the deployment's `factors` and `tp_slot`."""
+    from bayesblis.features.beta import to_blis_beta
+
+    return (to_blis_alpha(alpha, async_wait_us(beta, async_step)),
+            to_blis_beta(beta, tp=tp, factors=factors, tp_slot=tp_slot))
+
+
 def export_record(draws: CoefficientDraws, *, prob: float | None = None, context=None,
                   async_scheduling: bool = True) -> dict:
     """The JSON document for one configuration's coefficients (see data_specs/coefficients.md);
     its BLIS slots hold the async-scheduling wait in alpha0 unless `async_scheduling` is off."""
-    from bayesblis.features.beta import BLIS_BETA_ORDER, to_blis_beta
+    from bayesblis.features.beta import BLIS_BETA_ORDER
 
     summary = draws.summary(prob)
     mean_beta = {k: v["mean"] for k, v in summary["beta"].items()}
     mean_alpha = {k: v["mean"] for k, v in summary["alpha"].items()}
+    alpha_coeffs, beta_coeffs = blis_slots(
+        mean_beta, mean_alpha, tp=tp_of(draws.config), factors=draws.feature_factors,
+        tp_slot=draws.blis_tp_slot, async_step=draws.blis_async_step if async_scheduling else None)
     return {
         "config": draws.config,
         "seen_config": draws.seen_config,
@@ -803,13 +820,9 @@ def export_record(draws: CoefficientDraws, *, prob: float | None = None, context
                            "decoding when a token is returned (alpha_frontend_s)"},
         "beta": summary["beta"],
         "alpha": summary["alpha"],
-        "blis": {"beta_order": list(BLIS_BETA_ORDER),
-                 "beta_coeffs": to_blis_beta(mean_beta, tp=tp_of(draws.config),
-                                             factors=draws.feature_factors, tp_slot=draws.blis_tp_slot),
+        "blis": {"beta_order": list(BLIS_BETA_ORDER), "beta_coeffs": beta_coeffs,
                  "feature_factors": draws.feature_factors,
-                 "alpha_order": list(BLIS_ALPHA_ORDER),
-                 "alpha_coeffs": to_blis_alpha(mean_alpha, async_wait_us(
-                     mean_beta, draws.blis_async_step if async_scheduling else None))},
+                 "alpha_order": list(BLIS_ALPHA_ORDER), "alpha_coeffs": alpha_coeffs},
         **({"context": context} if context else {}),
     }
 
@@ -826,8 +839,8 @@ def blis_yaml(record: dict) -> str:
     blis = record["blis"]
     lines = [f"# bayesblis posterior-mean coefficients for {record['config']}",
              f"# {int(record['ci_prob'] * 100)}% credible intervals are in the JSON export.",
-             "# BLIS has no slot for alpha_frontend_s (API server return cost per request "
-             "decoding): see the JSON export.",
+             "# BLIS has no slot for alpha_prompt_s or alpha_frontend_s (API server return "
+             "cost per request decoding): priced at a typical request, the JSON export has them.",
              f"# {SLOT_MAPPING_NOTE}",
              "trained_physics_coefficients:", "  alpha_coeffs:"]
     for name, value in zip(blis["alpha_order"], blis["alpha_coeffs"]):
