@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesblis.catalog.kernel_prices import hardware_scales
+from bayesblis.catalog.kernel_spread import hardware_scales
 from bayesblis.constants import CI_PROB, DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEATURE
 from bayesblis.discrepancy import fitted_load
 from bayesblis.errors import UnseenLevelError
@@ -226,7 +226,7 @@ def _population_draws(post, name, dim, values, seen, rng, priors, scales=None):
     Seen levels contribute their posterior effects (0 when the fit gave that level no
     effect); unseen ones (and the new configuration itself) a fresh Normal(0, tau) draw per
     posterior sample, tau capped per coefficient by `scales` ({level: {feature: sd}}: a new
-    GPU's kernel-measured coefficients, `catalog.kernel_prices.hardware_scales`).
+    GPU's kernel-measured coefficients, `catalog.kernel_spread.hardware_scales`).
     """
     theta = _stacked(post, f"{name}_mu").values.copy()  # [S, K]
     features = [str(f) for f in post[dim].values]

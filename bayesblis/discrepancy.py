@@ -366,23 +366,27 @@ class Discrepancy:
         """The rule for one deployment's draws (`coefficients.CoefficientDraws`' fields): a
         configuration never fitted, on hardware the fit has seen, gets the scale of its
         posterior spread (and the sd only for metrics without a scale); on a GPU never
-        traced that kernel-db measured, that scale plus the GPU's own log-scale sd
-        (`catalog.kernel_prices.HARDWARE_SCALE`) on every metric; on any other GPU never
-        traced the sd; a new run of a fitted configuration the sd, growing beyond its
-        `fitted_load` (`widening`)."""
-        from bayesblis.catalog.kernel_prices import HARDWARE_SCALE, hardware_scales
+        traced, that scale plus the GPU's own log-scale sd on every metric
+        (`catalog.kernel_spread.gpu_metric_sd`: how far serving strays from its kernels,
+        and on a GPU kernel-db lacks how far its kernels stray from other GPUs'); a new run
+        of a fitted configuration the sd, growing beyond its `fitted_load` (`widening`)."""
+        from bayesblis.catalog.kernel_spread import gpu_metric_sd, kernel_measured
 
         gpu = (unseen_levels or {}).get("hardware")
-        if gpu is not None and not hardware_scales(str(gpu)):
-            return replace(self, scale={}, applies=UNMEASURED_GPU, fitted_load=None)
+        if gpu is not None:
+            rule = NEW_GPU if kernel_measured(str(gpu)) else UNMEASURED_GPU
+            gpu_sd = gpu_metric_sd(str(gpu))
+            if not self.scale:
+                sd = {m: float(np.hypot(v, gpu_sd)) for m, v in self.sd.items()}
+                return replace(self, sd=sd, applies=rule, fitted_load=None)
+            own = {m: v for m, v in self.sd.items() if m not in self.scale}
+            sd = {m: float(np.hypot(own.get(m, 0.0), gpu_sd)) for m in {*self.sd, *self.scale}}
+            return replace(self, sd=sd, applies=rule, fitted_load=None)
         if seen_config or not self.scale:
             return replace(self, scale={}, applies=NEW_RUN,
                            fitted_load=fitted_load if seen_config else None)
         own = {m: v for m, v in self.sd.items() if m not in self.scale}
-        if gpu is None:
-            return replace(self, sd=own, applies=NEW_CONFIGURATION, fitted_load=None)
-        sd = {m: float(np.hypot(own.get(m, 0.0), HARDWARE_SCALE)) for m in {*self.sd, *self.scale}}
-        return replace(self, sd=sd, applies=NEW_GPU, fitted_load=None)
+        return replace(self, sd=own, applies=NEW_CONFIGURATION, fitted_load=None)
 
     def to_dict(self) -> dict:
         out = {"source": self.source, "holdout": self.holdout,
@@ -404,9 +408,10 @@ NEW_CONFIGURATION = ("configuration never fitted, on fitted hardware: the poster
                      "spread about its median x scale")
 NEW_GPU = ("configuration on a GPU never traced that kernel-db measured: the posterior's log "
            "spread about its median x scale, and the GPU's own log-scale sd")
-UNMEASURED_GPU = ("configuration on a GPU neither traced nor in kernel-db: the posterior's "
-                  "draws (the prior's GPU spread) x exp(sd z)")
-SCALED_RULES = (NEW_CONFIGURATION, NEW_GPU)
+UNMEASURED_GPU = ("configuration on a GPU neither traced nor in kernel-db: the posterior's log "
+                  "spread about its median x scale, and the GPU's own log-scale sd with "
+                  "kernel-db's spread across GPUs")
+SCALED_RULES = (NEW_CONFIGURATION, NEW_GPU, UNMEASURED_GPU)
 """Rules under which a metric's posterior spread is scaled (`Discrepancy.widening`)."""
 
 

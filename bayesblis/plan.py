@@ -36,10 +36,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from bayesblis import __version__
-from bayesblis.catalog.kernel_prices import HARDWARE_SCALE
+from bayesblis.catalog.kernel_spread import HARDWARE_SCALE, unmeasured_metric_sd
 from bayesblis.constants import CI_PROB
-from bayesblis.discrepancy import (NEW_CONFIGURATION, NEW_GPU, load_excess, metric_widening,
-                                   pass_probability)
+from bayesblis.discrepancy import (NEW_CONFIGURATION, NEW_GPU, UNMEASURED_GPU, load_excess,
+                                   metric_widening, pass_probability)
 from bayesblis.errors import BayesBlisError, UnseenLevelError
 from bayesblis.simulate.results import (METRICS, Draws, per_draw_metrics, predicted_load,
                                         saturated_share, summarize_metric)
@@ -708,8 +708,15 @@ def never_fitted_options(plan: dict) -> list[str]:
 
 def new_gpu_options(plan: dict) -> list[str]:
     """Labels of a PLAN.json's options on a GPU never traced that kernel-db measured: their
-    spread scaled and widened by the GPU's own sd (`catalog.kernel_prices.HARDWARE_SCALE`)."""
+    spread scaled and widened by the GPU's own sd (`catalog.kernel_spread.HARDWARE_SCALE`)."""
     return _options_under(plan, NEW_GPU)
+
+
+def unmeasured_gpu_options(plan: dict) -> list[str]:
+    """Labels of a PLAN.json's options on a GPU neither traced nor in kernel-db: their spread
+    scaled and widened by the GPU's sd with kernel-db's spread across GPUs
+    (`catalog.kernel_spread.gpu_metric_sd`)."""
+    return _options_under(plan, UNMEASURED_GPU)
 
 
 def _options_under(plan: dict, rule: str) -> list[str]:
@@ -767,6 +774,11 @@ def format_plan(plan: dict) -> str:
         lines.append(f"GPU never traced ({', '.join(new_gpus)}): the draws' spread is scaled "
                      f"likewise and widened by the GPU's own log-scale sd of {HARDWARE_SCALE:g} "
                      "(its kernels are in the features; docs/kernel-db.md)")
+    unmeasured = unmeasured_gpu_options(plan)
+    if unmeasured:
+        lines.append(f"GPU neither traced nor in kernel-db ({', '.join(unmeasured)}): scaled likewise "
+                     f"and widened by a log-scale sd of {unmeasured_metric_sd():.2g} (kernel-db's spread "
+                     "of weight streaming across the GPUs it measures; docs/kernel-db.md)")
     beyond = extrapolated_options(plan)
     if beyond:
         lines.append(f"capacity beyond the traced load ({', '.join(beyond)}): the discrepancy "

@@ -67,24 +67,6 @@ PRICE_MOE = False
 time). Off: measured on the new-model check (docs/kernel-db.md), it moved Llama-4-Scout
 from +1.9% to +5.7% too slow (median signed E2E error, 1,000 draws, seed 1) without
 improving the other models; Mixtral, the one traced MoE, is where the fit absorbs it."""
-HARDWARE_SCALE = 0.1
-"""Log-scale sd of a GPU's effect on the coefficients whose features carry its kernel-db
-prices (`hardware_scales`), for a GPU the fit never saw: with its own kernels in the
-features, what is left of a new GPU is how far serving strays from those kernels. On the
-traced H100 the fitted weight and KV coefficients (1.21, 1.17, quick-tour posterior) are
-0.97 and 0.93 of kernel-db's times there (`reference_ratios`: 1.25 and 1.25 of the
-datasheet); two A100 runs measured elsewhere, with weights and KV rescaled by kernel-db,
-were +2% and +14% E2E. Compute is not priced (`PRICE_COMPUTE`), so its spread stays the
-posterior's hardware scale (the prior's 0.3), as do the overheads and every coefficient of a
-GPU kernel-db lacks."""
-HARDWARE_SCALED_FEATURES = {
-    "gemm": ("weight_traffic_s",),
-    "decode_attention": ("kv_traffic_s",),
-    "allreduce": ("tp_comm_s",),
-}
-"""Step coefficients whose new-GPU spread kernel-db's tables of each kind bound."""
-
-
 REFERENCE = ("H100-SXM", "bf16")
 """The GPU and dtype every factor is relative to: the traced runs'."""
 L2_BYTES = {"H100-SXM": 50e6, "A100-SXM-80GB": 40e6, "L40S": 96e6, "H200-SXM": 50e6}
@@ -432,14 +414,6 @@ def kv_factor(gpu) -> float | None:
     if gpu.name not in ratios or REFERENCE[0] not in ratios:
         return None
     return ratios[gpu.name] / ratios[REFERENCE[0]]
-
-
-def hardware_scales(gpu_name: str) -> dict[str, float]:
-    """{step coefficient: log-scale sd} of a never-traced GPU's effect where kernel-db
-    measures the GPU (`HARDWARE_SCALE` for each table kind it has); {} for other GPUs."""
-    tables = catalog()
-    return {feature: HARDWARE_SCALE for kind, features in HARDWARE_SCALED_FEATURES.items()
-            if gpu_name in tables.get(kind, {}) for feature in features}
 
 
 @lru_cache(maxsize=64)

@@ -113,7 +113,7 @@ def format_summary(result: dict) -> str:
     [interval] and the mean; then the share of draws that saturate each stage."""
     import math
 
-    from bayesblis.discrepancy import NEW_GPU, SCALED_RULES
+    from bayesblis.discrepancy import NEW_GPU, SCALED_RULES, UNMEASURED_GPU
     from bayesblis.simulate.results import METRICS, SATURATION_LAG_GROWTH
     from bayesblis.simulate.workload import format_workload_summary
 
@@ -127,6 +127,9 @@ def format_summary(result: dict) -> str:
     never_fitted = bool(disc) and disc.get("applies") in SCALED_RULES
     kind = (f"{ci}% prediction interval: draws' spread x scale, with the new GPU's own spread"
             if never_fitted and disc.get("applies") == NEW_GPU else
+            f"{ci}% prediction interval: draws' spread x scale, with the new GPU's own spread "
+            "and kernel-db's spread across GPUs"
+            if never_fitted and disc.get("applies") == UNMEASURED_GPU else
             f"{ci}% prediction interval: draws' spread x scale (configuration never fitted)"
             if never_fitted else
             f"{ci}% prediction interval: draws x simulator discrepancy" if disc

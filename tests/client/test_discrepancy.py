@@ -164,7 +164,7 @@ def test_scaled_draws_keep_their_median_and_scale_their_log_spread():
 
 
 def test_each_deployment_gets_the_rule_measured_for_its_kind():
-    from bayesblis.catalog.kernel_prices import HARDWARE_SCALE
+    from bayesblis.catalog.kernel_spread import HARDWARE_SCALE, unmeasured_metric_sd
     from bayesblis.discrepancy import (NEW_CONFIGURATION, NEW_GPU, NEW_RUN, UNMEASURED_GPU,
                                         Discrepancy)
 
@@ -177,15 +177,23 @@ def test_each_deployment_gets_the_rule_measured_for_its_kind():
     assert new_cfg.widening("e2e_mean_s") == (0.0, 0.3)
     assert new_cfg.widening("ttft_mean_s") == (0.09, 1.0)       # no scale measured: the sd
     assert new_cfg.widening("throughput_tokens_per_s") == (0.0, 1.0)
-    # a GPU never traced and not in kernel-db: the posterior's whole spread, and the sd
+    # a GPU never traced and not in kernel-db: the scale, and the GPU's sd with kernel-db's
+    # spread across GPUs
     unmeasured = d.for_configuration(False, {"hardware": "A40"})
-    assert unmeasured.applies == UNMEASURED_GPU and unmeasured.widening("e2e_mean_s") == (0.04, 1.0)
+    assert unmeasured.applies == UNMEASURED_GPU
+    assert unmeasured.widening("e2e_mean_s") == pytest.approx((unmeasured_metric_sd(), 0.3))
+    assert unmeasured.widening("ttft_mean_s") == pytest.approx(
+        (np.hypot(0.09, unmeasured_metric_sd()), 1.0))
     # one kernel-db measured: the scale, and the GPU's own sd on every metric
     new_gpu = d.for_configuration(False, {"hardware": "A100-SXM-80GB", "model_family": "mixtral"})
     assert new_gpu.applies == NEW_GPU
     assert new_gpu.widening("e2e_mean_s") == pytest.approx((HARDWARE_SCALE, 0.3))
     assert new_gpu.widening("ttft_mean_s") == pytest.approx((np.hypot(0.09, HARDWARE_SCALE), 1.0))
     assert Discrepancy(sd={"e2e_mean_s": 0.04}).for_configuration(False).applies == NEW_RUN
+    # without a scale a new GPU still takes its own sd
+    unscaled = Discrepancy(sd={"e2e_mean_s": 0.04}).for_configuration(False, {"hardware": "H200-SXM"})
+    assert unscaled.applies == NEW_GPU
+    assert unscaled.widening("e2e_mean_s") == pytest.approx((np.hypot(0.04, HARDWARE_SCALE), 1.0))
     assert new_cfg.to_dict()["scale"] == {"e2e_mean_s": 0.3}
 
 

@@ -406,7 +406,7 @@ def test_a_configuration_never_fitted_gets_its_draws_spread_scaled(sweep):
 def test_an_option_on_a_gpu_never_traced_is_scaled_and_widened_by_its_own_sd(sweep):
     """H200 is in kernel-db but not in the tiny fit: its option gets the never-fitted scale
     plus the GPU's own sd (`Discrepancy.for_configuration`), and the plan says so."""
-    from bayesblis.catalog.kernel_prices import HARDWARE_SCALE
+    from bayesblis.catalog.kernel_spread import HARDWARE_SCALE
     from bayesblis.discrepancy import NEW_GPU, Discrepancy
     from bayesblis.plan import format_plan, new_gpu_options
 
@@ -420,6 +420,23 @@ def test_an_option_on_a_gpu_never_traced_is_scaled_and_widened_by_its_own_sd(swe
                     allow_unseen=True, posterior_source="p", discrepancy=disc)
     assert new_gpu_options(plan) == [plan["options"][0]["label"]]
     assert f"log-scale sd of {HARDWARE_SCALE:g}" in format_plan(plan)
+
+
+def test_an_option_on_a_gpu_kernel_db_lacks_takes_kernel_db_spread_across_gpus(sweep):
+    """A40 is in neither the tiny fit nor kernel-db: its option is scaled and widened by the
+    GPU sd with kernel-db's spread of weight streaming across GPUs, and the plan says so."""
+    from bayesblis.catalog.kernel_spread import unmeasured_metric_sd
+    from bayesblis.discrepancy import UNMEASURED_GPU, Discrepancy
+    from bayesblis.plan import format_plan, unmeasured_gpu_options
+
+    sc, posterior, slos, search, _, _ = sweep
+    disc = Discrepancy(sd={"itl_mean_s": 0.02}, scale={"itl_mean_s": 0.25}, source="test",
+                       holdout="experiment", scale_source="test, model")
+    plan = run_plan(sc, posterior, slos, [{"hardware": "A40"}], search=search, n_draws=DRAWS,
+                    allow_unseen=True, posterior_source="p", discrepancy=disc)
+    assert plan["options"][0]["coefficients"]["discrepancy_rule"] == UNMEASURED_GPU
+    assert unmeasured_gpu_options(plan) == [plan["options"][0]["label"]]
+    assert f"log-scale sd of {unmeasured_metric_sd():.2g}" in format_plan(plan)
 
 
 def test_beyond_its_fitted_load_a_fitted_configuration_is_planned_less_surely(sweep):
