@@ -376,9 +376,6 @@ class Discrepancy:
         if gpu is not None:
             rule = NEW_GPU if kernel_measured(str(gpu)) else UNMEASURED_GPU
             gpu_sd = gpu_metric_sd(str(gpu))
-            if not self.scale:
-                sd = {m: float(np.hypot(v, gpu_sd)) for m, v in self.sd.items()}
-                return replace(self, sd=sd, applies=rule, fitted_load=None)
             own = {m: v for m, v in self.sd.items() if m not in self.scale}
             sd = {m: float(np.hypot(own.get(m, 0.0), gpu_sd)) for m in {*self.sd, *self.scale}}
             return replace(self, sd=sd, applies=rule, fitted_load=None)

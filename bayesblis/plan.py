@@ -776,9 +776,10 @@ def format_plan(plan: dict) -> str:
                      "(its kernels are in the features; docs/kernel-db.md)")
     unmeasured = unmeasured_gpu_options(plan)
     if unmeasured:
-        lines.append(f"GPU neither traced nor in kernel-db ({', '.join(unmeasured)}): scaled likewise "
-                     f"and widened by a log-scale sd of {unmeasured_metric_sd():.2g} (kernel-db's spread "
-                     "of weight streaming across the GPUs it measures; docs/kernel-db.md)")
+        lines.append(f"GPU neither traced nor in kernel-db ({', '.join(unmeasured)}): scaled "
+                     f"likewise and widened by a log-scale sd of {unmeasured_metric_sd():.2g} "
+                     "(kernel-db's spread of weight streaming across the GPUs it measures; "
+                     "docs/kernel-db.md)")
     beyond = extrapolated_options(plan)
     if beyond:
         lines.append(f"capacity beyond the traced load ({', '.join(beyond)}): the discrepancy "

@@ -21,8 +21,11 @@ runs' hardware) so the fitted coefficients keep their meaning:
   over NVLink, with its one-shot/two-shot switch; NCCL over PCIe) by message size, which
   prices a step's all-reduces whole (its per-byte and per-call summaries feed
   `benchmarks/kernel_db_logo.py`);
-- `compute_factor`: the dense GEMMs' FLOP rate at `PREFILL_TOKENS`; measured and
-  reported, not applied (`PRICE_COMPUTE`).
+- `gpu_compute_factor`: the dense GEMMs' bf16 FLOP time at `PREFILL_TOKENS` on the GPU over
+  H100's at the same shapes (A100 about 0.9, L40S about 1.1, H100 1); measured and
+  reported, not applied (`PRICE_COMPUTE_ACROSS_GPUS`);
+- `compute_factor`: the dense GEMMs' FLOP rate at `PREFILL_TOKENS` and the deployment's
+  dtype relative to the H100 reference; measured and reported, not applied (`PRICE_COMPUTE`).
 
 Without tables for the GPU (and dtype) a factor is None: the deployment keeps the
 datasheet (for weights, the operator-profile factor of `catalog.weight_streaming`).
@@ -62,6 +65,16 @@ measured on the new-model check (docs/kernel-db.md), it priced Llama-4-Scout's F
 applied to bf16 and fp16 only (model version 8 features), E2E and ITL held out stayed
 within 0.1 point and TTFT held out by model went from 1.33 / 1.33% to 1.40 / 2.35% (seeds
 1 / 2; benchmarks/results/experiments/model-v8-*-compute-bf16-*)."""
+PRICE_COMPUTE_ACROSS_GPUS = False
+"""Whether deployments carry `gpu_compute_factor` as their compute factor (when
+`PRICE_COMPUTE` is off): their dense GEMMs' measured bf16 FLOP time on their GPU over H100's
+at the same shapes. It is 1 on H100, so no H100 figure can measure it; on A100 it is
+0.72-1.2, L40S 0.82-1.28, H200 0.74-1.09 by model and TP (kernel-db: compute-bound bf16
+GEMMs reach 0.91 of A100's peak, 0.83 of H100's, 0.74 of L40S's). Off: it would slow L40S's
+TP 1 prefill by 5-13%, which L40S runs measured elsewhere favour (TTFT 13% and 63% too
+fast), but speed A100's by up to 28%, against the A100 runs (every metric too fast before
+the weights were priced), and the demo fleet, whose synthetic GPU compute follows BLIS's MFU
+table instead, then missed its held-out TTFT (docs/kernel-db.md)."""
 PRICE_MOE = False
 """Whether deployments carry `moe_factor` (routed experts at vLLM's measured fused-MoE
 time). Off: measured on the new-model check (docs/kernel-db.md), it moved Llama-4-Scout
@@ -376,6 +389,20 @@ def compute_factor(model, gpu, tp: int, compute_dtype: str) -> float | None:
 
 
 @lru_cache(maxsize=4096)
+def gpu_compute_factor(model, gpu, tp: int) -> float | None:
+    """The deployment's dense GEMMs' measured time on `gpu` over the reference GPU's at the
+    same shapes, both bf16 and each over its GPU's bf16 peak: how much less of its datasheet
+    the GPU achieves than H100 (1 on H100). The dtype's own effect (FP8's) stays at the
+    datasheet. None without both tables."""
+    from bayesblis.catalog.gpus import load_gpu
+
+    reference = load_gpu(REFERENCE[0])
+    own = compute_ratio(model, gpu.name, tp, REFERENCE[1], gpu.peak_flops(REFERENCE[1]))
+    ref = compute_ratio(model, reference.name, tp, REFERENCE[1], reference.peak_flops(REFERENCE[1]))
+    return None if own is None or ref is None else own / ref
+
+
+@lru_cache(maxsize=4096)
 def moe_ratio(model, gpu: str, tp: int, ep: int, compute_dtype: str) -> float | None:
     """The `measure_moe` ratio of the table shape nearest `model`'s routed experts on `gpu`
     at the deployment's expert split (TP without EP, else EP over `ep` GPUs) and dtype:
@@ -447,7 +474,7 @@ def build(kernel_db_dir, out=CATALOG_FILE) -> dict:
 def clear_caches() -> None:
     """Forget what was read or priced from the catalog file (after it was rewritten, or
     pointed elsewhere)."""
-    for cached in (catalog, reference_ratios, factor, compute_factor, moe_ratio, moe_factor, kv_factor,
+    for cached in (catalog, reference_ratios, factor, compute_factor, gpu_compute_factor, moe_ratio, moe_factor, kv_factor,
                    allreduce_curve):
         cached.cache_clear()
 

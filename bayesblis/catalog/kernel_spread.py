@@ -15,19 +15,21 @@ residuals for the error's scale and tails.
 
 ``tau`` is the spread of a GPU's achieved fraction about the population's, per operator
 group; its prior is the 0.3 that every GPU effect of the trace fit takes (model/priors.py),
-so what kernel-db adds is the evidence of four GPUs. ``point_effect`` (sum to zero) is the
-shape: every GPU's GEMM at 4096 x 4096 is slower over its bytes than at 8192 x 8192.
+so what kernel-db adds is the evidence of four GPUs. ``point_effect`` (the point's mean over
+the GPUs, about the grand mean) is the shape: every GPU's GEMM at 4096 x 4096 is slower
+over its bytes than at 8192 x 8192.
 ``link_offset`` separates collectives over PCIe (NCCL, L40S) from NVLink (vLLM's custom
 all-reduce) in the all-reduce groups only. A group with one point per GPU (decode
-attention) has no point effect and no error term: its GPU effects are the ratios.
+attention) has no point effect and no error term: its GPU effects are the ratios (to 1%).
 
 What uses it: `new_gpu_sd` (sqrt(E[tau^2]), the predictive sd of a GPU never measured)
-bounds the GPU effect of the coefficients each group prices, for a GPU the trace fit never
-saw (`hardware_scales`, with `HARDWARE_SCALE`, how far serving strays from its kernels).
+sets, with `HARDWARE_SCALE` (how far serving strays from its kernels), the GPU effect of the
+coefficients each group covers for a GPU the trace fit never saw (`hardware_scales`), and
+the sd every simulated metric of such a GPU takes (`gpu_metric_sd`).
 `benchmarks/kernel_db_logo.py` fits it with each GPU left out and scores the interval.
 
 The fitted summary lives in ``kernel_spread.json`` beside this module, built from the
-packaged kernel prices by ``python3 -m bayesblis.catalog.kernel_spread`` (about a minute).
+packaged kernel prices by ``python3 -m bayesblis.catalog.kernel_spread`` (30 s).
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ GROUP_FEATURES = {
 PRICED_GROUPS = {"gemm": ("gemm_decode",), "decode_attention": ("decode_attention",),
                  "allreduce": ("allreduce_per_byte", "allreduce_latency")}
 """kernel_prices catalog table -> the groups whose price a deployment on a GPU it has
-carries (`kernel_prices.factor`, `kv_factor`, `allreduce_curve`)."""
+carries whole (`kernel_prices.factor`, `kv_factor`, `allreduce_curve`). Compute is priced
+only in part (`gpu_compute_factor`: dense GEMMs, not prefill attention, and no traced run
+has measured prefill), so its spread stays kernel-db's across GPUs with `HARDWARE_SCALE`."""
 LINK_GROUPS = ("allreduce_per_byte", "allreduce_latency")
 """Groups whose ratios depend on the link (NVLink custom all-reduce against NCCL over PCIe)."""
 LINK_OFFSET_SD = 1.0
@@ -290,11 +294,11 @@ def kernel_measured(gpu_name: str) -> bool:
 def hardware_scales(gpu_name: str) -> dict[str, float]:
     """{step coefficient: log-scale sd} of the GPU effect of a GPU the trace fit never saw.
 
-    A coefficient whose feature carries the GPU's kernel-db price: `HARDWARE_SCALE` (how far
-    serving strays from the kernels). One kernel-db measures but the features do not price
-    (compute), or any group on a GPU kernel-db lacks: that and the group's spread across
-    GPUs (`new_gpu_sd`) in quadrature. Coefficients no group covers (overheads, request
-    delays) keep the fit's own hardware scale."""
+    A coefficient whose feature carries the GPU's kernel-db price whole (`PRICED_GROUPS`):
+    `HARDWARE_SCALE` (how far serving strays from the kernels). Compute, and every group on
+    a GPU kernel-db lacks: that and the group's spread across GPUs (`new_gpu_sd`) in
+    quadrature. Coefficients no group covers (overheads, request delays) keep the fit's own
+    hardware scale."""
     from bayesblis.catalog import kernel_prices
 
     tables, name = kernel_prices.catalog(), catalog_name(gpu_name)

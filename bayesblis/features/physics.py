@@ -52,11 +52,13 @@ class Deployment:
     experts' streaming time in vLLM's measured fused-MoE kernel (the table's nearest shape
     at this GPU, dtype and expert split) on the same scale (1 for dense models and where
     kernel-db lacks the point).
-    `compute_factor`: 1, unless `catalog.kernel_prices.PRICE_COMPUTE`: then the dense
-    GEMMs' measured time at prefill sizes over their FLOPs at the dtype's datasheet peak,
-    relative to H100 bf16 (FP8 GEMMs on H100 reach about half the FLOP rate their
-    datasheet doubles). `attention_peak_flops_per_s`: the peak attention runs at (bf16 for
-    FP8 and INT8 deployments). `kv_stream_factor`: decode attention's measured KV
+    `compute_factor`: 1, unless `catalog.kernel_prices.PRICE_COMPUTE_ACROSS_GPUS`: then the
+    dense GEMMs' measured bf16 time at prefill sizes on this GPU over H100's at the same
+    shapes (`kernel_prices.gpu_compute_factor`: 1 on H100 and where kernel-db lacks the
+    GPU); or `PRICE_COMPUTE`: their measured time at the dtype's datasheet peak relative to
+    H100 bf16 (FP8 GEMMs on H100 reach about half the FLOP rate their datasheet doubles).
+    `attention_peak_flops_per_s`: the peak attention runs at (bf16 for FP8 and INT8
+    deployments). `kv_stream_factor`: decode attention's measured KV
     streaming time on this GPU relative to H100's (1 where kernel-db lacks the GPU);
     `feature_factors` collects the factors per step feature. `allreduce_curve`: (message
     bytes, seconds) of one all-reduce vLLM runs at this TP (its custom kernel over NVLink,
@@ -137,7 +139,9 @@ class Deployment:
         stream = kernel_prices.factor(model, gpu, tp, compute)
         if stream is None:
             stream = weight_streaming.factor(gpu.name, model.name, tp, weight_bytes)
-        gemm_compute = kernel_prices.compute_factor(model, gpu, tp, compute) if kernel_prices.PRICE_COMPUTE else None
+        gemm_compute = (kernel_prices.compute_factor(model, gpu, tp, compute) if kernel_prices.PRICE_COMPUTE
+                        else kernel_prices.gpu_compute_factor(model, gpu, tp)
+                        if kernel_prices.PRICE_COMPUTE_ACROSS_GPUS else None)
         moe_stream = (kernel_prices.moe_factor(model, gpu, tp, ep, compute)
                       if model.is_moe and kernel_prices.PRICE_MOE else None)
         kv_stream = kernel_prices.kv_factor(gpu)

@@ -192,8 +192,15 @@ def test_deployments_carry_the_factors(truth_catalog, monkeypatch):
     d = Deployment("llama-2-70b", "A100", tp=4)
     assert d.weight_stream_factor == pytest.approx(0.8 / 0.6, rel=1e-3)
     assert d.feature_factors["kv_traffic_s"] == pytest.approx(1.2)
-    assert d.compute_factor == 1.0   # GEMM FLOP rates measured, not applied (PRICE_COMPUTE)
-    monkeypatch.setattr(kernel_prices, "PRICE_COMPUTE", True)
+    assert d.compute_factor == 1.0   # GEMM FLOP rates measured, not applied
+    # across GPUs: the GPU's bf16 FLOP time over H100's at the same shapes, 0.8 / 0.5 of peak
+    assert kernel_prices.gpu_compute_factor(load_model("llama-2-70b"), load_gpu("A100"), 4) == \
+        pytest.approx(1.6, rel=1e-3)
+    monkeypatch.setattr(kernel_prices, "PRICE_COMPUTE_ACROSS_GPUS", True)
+    d = Deployment("llama-2-70b", "A100", tp=4)
+    assert d.feature_factors["prefill_compute_s"] == d.compute_factor == pytest.approx(1.6, rel=1e-3)
+    assert Deployment("llama-2-70b", "H100", tp=2, dtype="fp8").compute_factor == 1.0  # FP8's own: datasheet
+    monkeypatch.setattr(kernel_prices, "PRICE_COMPUTE", True)   # and the dtype's
     d = Deployment("llama-2-70b", "A100", tp=4)
     assert d.feature_factors["prefill_compute_s"] == d.compute_factor == pytest.approx(1.6, rel=1e-3)
     # the step's all-reduces at vLLM's measured time: 100 tokens of 8192 x 2 B = 1,638,400 B
