@@ -9,8 +9,9 @@ read half the bytes. Per deployment, relative to the reference (H100-SXM bf16, t
 runs' hardware) so the fitted coefficients keep their meaning:
 
 - `factor`: a step's dense GEMMs (`layer_gemms`: attention projections, MLP or shared
-  expert per GPU of the TP group, the lm_head once) at `DECODE_TOKENS`, measured, over
-  their weight bytes at datasheet bandwidth. Routed experts (fused-MoE kernels) are not
+  expert per GPU of the TP group, the lm_head once, each from its `gemm_tables` dtype: bf16
+  where a quantized checkpoint leaves the module unquantized) at `DECODE_TOKENS`,
+  measured, over their weight bytes at datasheet bandwidth. Routed experts (fused-MoE kernels) are not
   priced here. A100 about 1.2, FP8 on H100 about 2.4 (Llama-4-Scout at TP 2);
 - `moe_factor`: a fused-MoE layer at decode token counts that touch every local expert,
   measured, over its experts' bytes at datasheet bandwidth, from the table's shape nearest
@@ -313,15 +314,40 @@ def gemm_time_us(gpu: str, table_dtype: str, n, k, tokens) -> np.ndarray | None:
                      for i in rows])
 
 
-def _dense_gemm_times(model, gpu: str, tp: int, compute_dtype: str, tokens):
-    """(n, k, count per step, µs [len(tokens), n shapes], table dtype) of the deployment's
-    dense GEMMs (`layer_gemms`) at `tokens`; None without a table."""
+def gemm_tables(model, tp: int, compute_dtype: str) -> list[str] | None:
+    """The GEMM table (dtype) of each of `layer_gemms`: the compute dtype's, but bf16 for
+    the attention projections and the lm_head a quantized checkpoint leaves unquantized
+    (`ModelArch.unquantized_attention`, `unquantized_lm_head`); None without a table."""
     table = GEMM_DTYPES.get(compute_dtype)
     if table is None:
         return None
+    gemms = layer_gemms(model, tp)
+    tables = [table] * len(gemms)
+    if table != REFERENCE[1]:
+        if model.unquantized_attention:
+            tables[:1 if model.is_mla else 2] = [REFERENCE[1]] * (1 if model.is_mla else 2)
+        if model.unquantized_lm_head:
+            tables[-1] = REFERENCE[1]
+    return tables
+
+
+def _dense_gemm_times(model, gpu: str, tp: int, compute_dtype: str, tokens):
+    """(n, k, count per step, µs [len(tokens), n shapes], table dtype per shape) of the
+    deployment's dense GEMMs (`layer_gemms`, each at its `gemm_tables` dtype) at `tokens`;
+    None without a table."""
+    tables = gemm_tables(model, tp, compute_dtype)
+    if tables is None:
+        return None
     n, k, count = (np.array(c, dtype=float) for c in zip(*layer_gemms(model, tp)))
-    times_us = gemm_time_us(gpu, table, n, k, tokens)
-    return None if times_us is None else (n, k, count, times_us, table)
+    tables = np.array(tables)
+    times_us = np.zeros((len(tokens), len(n)))
+    for table in set(tables):
+        own = tables == table
+        times = gemm_time_us(gpu, table, n[own], k[own], tokens)
+        if times is None:
+            return None
+        times_us[:, own] = times
+    return n, k, count, times_us, tables
 
 
 def ratio(model, gpu: str, tp: int, compute_dtype: str, hbm_bandwidth_bytes_per_s: float) -> float | None:
@@ -330,8 +356,8 @@ def ratio(model, gpu: str, tp: int, compute_dtype: str, hbm_bandwidth_bytes_per_
     measured = _dense_gemm_times(model, gpu, tp, compute_dtype, DECODE_TOKENS)
     if measured is None:
         return None
-    n, k, count, times_us, table = measured
-    bytes_s = n * k * TABLE_BYTES[table] / hbm_bandwidth_bytes_per_s
+    n, k, count, times_us, tables = measured
+    bytes_s = n * k * np.array([TABLE_BYTES[t] for t in tables]) / hbm_bandwidth_bytes_per_s
     return float(np.sum(count * times_us.mean(axis=0) * 1e-6) / np.sum(count * bytes_s))
 
 

@@ -86,6 +86,8 @@ class ModelArch:
     shared_expert_gate: bool = False
     weight_dtype: str = "bf16"
     bytes_per_weight: float = 2.0
+    unquantized_attention: bool = False
+    unquantized_lm_head: bool = False
     kv_dtype: str = "bf16"
     kv_bytes: float = 2.0
     kv_lora_rank: int = 0
@@ -237,9 +239,25 @@ class ModelArch:
 
     # ---- bytes -------------------------------------------------------------------
     @property
+    def unquantized_params(self) -> int:
+        """Weights a quantized checkpoint keeps at 16 bits: the embedding table (not a
+        Linear layer), and the attention projections and lm_head where its
+        quantization_config ignores them (`unquantized_attention`, `unquantized_lm_head`)."""
+        return (self.embedding_params
+                + (self.n_layers * self.attention_matmul_params_per_layer if self.unquantized_attention else 0)
+                + (self.lm_head_params if self.unquantized_lm_head else 0))
+
+    def weight_bytes(self, params: float, bytes_per_weight: float | None = None) -> float:
+        """Bytes of `params` weights that include every `unquantized_params` weight, at
+        `bytes_per_weight` (the checkpoint's by default) for the quantized ones and at least
+        16 bits for the others."""
+        bpw = self.bytes_per_weight if bytes_per_weight is None else bytes_per_weight
+        return params * bpw + self.unquantized_params * max(0.0, UNQUANTIZED_BYTES - bpw)
+
+    @property
     def dense_weight_bytes(self) -> float:
         """Bytes of all weights that every step reads: everything but routed experts."""
-        return (self.total_params - self.routed_expert_params) * self.bytes_per_weight
+        return self.weight_bytes(self.total_params - self.routed_expert_params)
 
     @property
     def expert_weight_bytes_per_layer(self) -> float:
@@ -248,7 +266,7 @@ class ModelArch:
 
     @property
     def total_weight_bytes(self) -> float:
-        return self.total_params * self.bytes_per_weight
+        return self.weight_bytes(self.total_params)
 
     @property
     def kv_elements_per_token_per_layer(self) -> int:
@@ -320,6 +338,24 @@ def _get_int(path, cfg: Mapping, key: str, default=None, prefix="") -> int:
         raise InputError(path, f"invalid value {value!r}", field=prefix + key,
                          expected="a non-negative integer")
     return int(value)
+
+
+UNQUANTIZED_BYTES = 2.0
+"""Bytes of a weight a quantized checkpoint leaves unquantized (bf16 or fp16)."""
+_ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj")
+_NOT_LANGUAGE = ("vision", "visual", "multi_modal", "mm_projector", "audio")
+
+
+def _unquantized_modules(top: Mapping, text: Mapping) -> tuple[bool, bool]:
+    """(attention projections, lm_head) a quantization_config leaves unquantized: its
+    ``ignore`` (compressed-tensors) or ``modules_to_not_convert`` list, language model only."""
+    q = top.get("quantization_config") or text.get("quantization_config")
+    if not isinstance(q, Mapping):
+        return False, False
+    names = [str(n).lower() for n in (q.get("ignore") or q.get("modules_to_not_convert") or [])]
+    names = [n for n in names if not any(tag in n for tag in _NOT_LANGUAGE)]
+    attention = any(n.rstrip("$").endswith(_ATTENTION_PROJECTIONS) or "self_attn" in n for n in names)
+    return attention, any("lm_head" in n for n in names)
 
 
 def _weight_dtype(path, top: Mapping, text: Mapping) -> tuple[str, float]:
@@ -444,6 +480,8 @@ def model_from_config(config: Mapping, *, name: str | None = None, path="<config
         head_dim = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
 
     dtype, bpw = _weight_dtype(path, config, text)
+    unquantized_attention, unquantized_lm_head = _unquantized_modules(config, text) if bpw < UNQUANTIZED_BYTES \
+        else (False, False)
     meta = config.get("_bayesblis") or {}
     attention_bias = bool(text.get("attention_bias", False))
     return ModelArch(
@@ -455,7 +493,8 @@ def model_from_config(config: Mapping, *, name: str | None = None, path="<config
         n_moe_layers=n_moe, moe_intermediate_size=moe_inter, n_experts=n_experts,
         n_experts_per_tok=top_k, n_shared_experts=n_shared,
         shared_expert_intermediate_size=shared_inter, shared_expert_gate=shared_gate,
-        weight_dtype=dtype, bytes_per_weight=bpw,
+        weight_dtype=dtype, bytes_per_weight=bpw, unquantized_attention=unquantized_attention,
+        unquantized_lm_head=unquantized_lm_head,
         qkv_bias=family in ("qwen2", "qwen2_moe") or attention_bias, o_bias=attention_bias,
         qk_norm=family in ("qwen3", "qwen3_moe") or bool(text.get("use_qk_norm", False)),
         hf_id=str(meta.get("hf_id", config.get("_name_or_path", ""))), source=str(path), **mla)

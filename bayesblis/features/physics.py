@@ -191,8 +191,10 @@ class Deployment:
     # ---- bytes ------------------------------------------------------------------
     @property
     def dense_weight_bytes(self) -> float:
-        """Bytes of non-routed-expert weights (whole model, at the served width)."""
-        return self.model.dense_weight_bytes / self.model.bytes_per_weight * self.weight_bytes_per_param
+        """Bytes of non-routed-expert weights (whole model, at the served width; the
+        checkpoint's unquantized weights at 16 bits, `ModelArch.unquantized_params`)."""
+        m = self.model
+        return m.weight_bytes(m.total_params - m.routed_expert_params, self.weight_bytes_per_param)
 
     @property
     def dense_layer_weight_bytes(self) -> float:
@@ -207,7 +209,7 @@ class Deployment:
 
     @property
     def total_weight_bytes(self) -> float:
-        return self.model.total_params * self.weight_bytes_per_param
+        return self.model.weight_bytes(self.model.total_params, self.weight_bytes_per_param)
 
     @property
     def weight_bytes_per_gpu(self) -> float:

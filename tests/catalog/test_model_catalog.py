@@ -101,6 +101,7 @@ def test_special_architectures():
     scout = load_model(SHARED / "llama-4-scout-17b-16e-instruct-fp8-dynamic")
     assert scout.family == "llama4" and scout.n_moe_layers == 48
     assert scout.weight_dtype == "fp8" and scout.bytes_per_weight == 1
+    assert scout.unquantized_attention and scout.unquantized_lm_head   # its ignore list
     assert scout.n_shared_experts == 1 and scout.n_experts == 16 and scout.n_experts_per_tok == 1
     assert scout.total_params == pytest.approx(1.08e11, rel=0.02)  # 109B incl. vision tower
     assert scout.active_params == pytest.approx(1.7e10, rel=0.03)
@@ -134,6 +135,35 @@ def test_fp32_checkpoint_is_4_bytes(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(data))
     m = load_model(tmp_path / "config.json")
     assert m.weight_dtype == "fp32" and m.bytes_per_weight == 4
+
+
+def test_quantized_checkpoint_keeps_ignored_modules_at_16_bits(tmp_path):
+    """An FP8 checkpoint whose quantization_config ignores the attention projections and
+    the lm_head (as RedHat's Llama-4-Scout FP8-dynamic does) streams them at 2 bytes, and
+    kernel-db prices their GEMMs from the bf16 table; the embedding is never quantized."""
+    from bayesblis.catalog import kernel_prices
+
+    data = json.loads((Path(load_model("llama-2-7b").source)).read_text())
+    data["quantization_config"] = {
+        "quant_method": "compressed-tensors", "format": "float-quantized",
+        "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float"}, "targets": ["Linear"]}},
+        "ignore": ["vision_model.layers.0.mlp.fc1", "model.layers.0.self_attn.q_proj", "lm_head"]}
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    m = load_model(tmp_path / "config.json")
+    assert m.weight_dtype == "fp8" and m.unquantized_attention and m.unquantized_lm_head
+    # Llama-2-7B: 32 layers x 4 x 4096^2 attention weights, 32,000 x 4,096 lm_head and embedding
+    sixteen_bit = 32 * 4 * 4096 ** 2 + 2 * 32_000 * 4096
+    assert m.unquantized_params == sixteen_bit
+    assert m.dense_weight_bytes == m.total_params * 1.0 + sixteen_bit * 1.0
+    assert kernel_prices.gemm_tables(m, 1, "fp8") == ["bf16", "bf16", "fp8", "fp8", "bf16"]
+    # without the ignore list every Linear weight is FP8; the embedding still is not
+    del data["quantization_config"]["ignore"]
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    plain = load_model(tmp_path / "config.json")
+    assert not plain.unquantized_attention and not plain.unquantized_lm_head
+    assert plain.unquantized_params == 32_000 * 4096
+    assert kernel_prices.gemm_tables(plain, 1, "fp8") == ["fp8"] * 5
+    assert kernel_prices.gemm_tables(load_model("llama-2-7b"), 1, "fp16") == ["bf16"] * 5
 
 
 def test_unknown_architecture_names_file_field_and_supported(tmp_path):
