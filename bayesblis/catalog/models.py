@@ -259,6 +259,21 @@ class ModelArch:
         """Bytes of all weights that every step reads: everything but routed experts."""
         return self.weight_bytes(self.total_params - self.routed_expert_params)
 
+    def gathered_embedding_bytes(self, bytes_per_weight: float | None = None) -> float:
+        """Bytes of the embedding table when a step only gathers its tokens' rows from it
+        (0 when the lm_head is tied to it and streams it); 16 bits at least, as in
+        `weight_bytes`."""
+        if self.tie_word_embeddings:
+            return 0.0
+        bpw = self.bytes_per_weight if bytes_per_weight is None else bytes_per_weight
+        return self.embedding_params * max(bpw, UNQUANTIZED_BYTES)
+
+    @property
+    def streamed_weight_bytes(self) -> float:
+        """Bytes of the weights every step streams: `dense_weight_bytes` less the embedding
+        table, of which a step gathers only its tokens' rows (`gathered_embedding_bytes`)."""
+        return self.dense_weight_bytes - self.gathered_embedding_bytes()
+
     @property
     def expert_weight_bytes_per_layer(self) -> float:
         """Bytes of one routed expert in one MoE layer."""

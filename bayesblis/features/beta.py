@@ -210,7 +210,7 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
     W[a["num_decode_reqs"], f["decode_compute_s"]] = linear + lm_head
     W[a["decode_context_tokens"], f["decode_compute_s"]] = m.decode_attention_flops_per_pair / attention
 
-    b[f["weight_traffic_s"]] = _weight_time_s(d, d.dense_weight_bytes)
+    b[f["weight_traffic_s"]] = _weight_time_s(d, d.streamed_weight_bytes)
     # routed experts run in fused-MoE kernels, priced by their own measured factor
     moe_coeff = (d.moe_stream_factor * weight_time_at_peak_s(d, m.n_moe_layers * d.expert_weight_bytes_per_layer)
                  if m.is_moe else 0.0)

@@ -168,7 +168,7 @@ class Deployment:
         coefficients. Weight traffic's is the bytes-weighted mean of the dense weights' and
         the routed experts' factors over every weight (a decode batch that touches every
         expert, as BLIS prices them)."""
-        dense = self.dense_weight_bytes
+        dense = self.streamed_weight_bytes
         experts = self.model.n_moe_layers * self.model.n_experts * self.expert_weight_bytes_per_layer
         weight = (dense * self.weight_stream_factor + experts * self.moe_stream_factor) / (dense + experts)
         return {"prefill_compute_s": self.compute_factor, "decode_compute_s": self.compute_factor,
@@ -195,6 +195,12 @@ class Deployment:
         checkpoint's unquantized weights at 16 bits, `ModelArch.unquantized_params`)."""
         m = self.model
         return m.weight_bytes(m.total_params - m.routed_expert_params, self.weight_bytes_per_param)
+
+    @property
+    def streamed_weight_bytes(self) -> float:
+        """Bytes of the non-routed-expert weights a step streams, at the served width: the
+        embedding table's rows are gathered, not streamed (`ModelArch.streamed_weight_bytes`)."""
+        return self.dense_weight_bytes - self.model.gathered_embedding_bytes(self.weight_bytes_per_param)
 
     @property
     def dense_layer_weight_bytes(self) -> float:

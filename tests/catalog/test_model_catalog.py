@@ -155,6 +155,8 @@ def test_quantized_checkpoint_keeps_ignored_modules_at_16_bits(tmp_path):
     sixteen_bit = 32 * 4 * 4096 ** 2 + 2 * 32_000 * 4096
     assert m.unquantized_params == sixteen_bit
     assert m.dense_weight_bytes == m.total_params * 1.0 + sixteen_bit * 1.0
+    # a decode step gathers embedding rows: the 16-bit table is not streamed
+    assert m.streamed_weight_bytes == m.dense_weight_bytes - 32_000 * 4096 * 2
     assert kernel_prices.gemm_tables(m, 1, "fp8") == ["bf16", "bf16", "fp8", "fp8", "bf16"]
     # without the ignore list every Linear weight is FP8; the embedding still is not
     del data["quantization_config"]["ignore"]
@@ -164,6 +166,12 @@ def test_quantized_checkpoint_keeps_ignored_modules_at_16_bits(tmp_path):
     assert plain.unquantized_params == 32_000 * 4096
     assert kernel_prices.gemm_tables(plain, 1, "fp8") == ["fp8"] * 5
     assert kernel_prices.gemm_tables(load_model("llama-2-7b"), 1, "fp16") == ["bf16"] * 5
+    # tied embeddings: the lm_head streams the table, so nothing is left out
+    data.pop("quantization_config")
+    data["tie_word_embeddings"] = True
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    tied = load_model(tmp_path / "config.json")
+    assert tied.streamed_weight_bytes == tied.dense_weight_bytes == tied.total_params * 2
 
 
 def test_unknown_architecture_names_file_field_and_supported(tmp_path):

@@ -55,9 +55,10 @@ def test_llama2_7b_tp1_h100():
     assert (linear + lm_head) * 32 + attn * 32_000 == 439_630_168_064
     gemm_decode = (linear + lm_head) * 32 * GEMM_7B_TP1 + attn * 32_000
     assert f["decode_compute_s"] == pytest.approx(gemm_decode / P_H100, rel=1e-9)  # 0.42 ms
-    # weights: 6,738,415,616 params * 2 B = 13,476,831,232 B -> 4.0229 ms at peak, x the factor
+    # weights: 6,738,415,616 params less the 32,000 x 4,096 embedding table (its rows are
+    # gathered, not streamed) = 6,607,343,616 * 2 B = 13,214,687,232 B -> 3.9447 ms at peak
     assert dep.weight_stream_factor == pytest.approx(STREAM_7B_TP1, rel=1e-12)
-    assert f["weight_traffic_s"] == pytest.approx(13_476_831_232 * STREAM_7B_TP1 / BW_H100, rel=1e-9)
+    assert f["weight_traffic_s"] == pytest.approx(13_214_687_232 * STREAM_7B_TP1 / BW_H100, rel=1e-9)
     # KV: 524,288 B/token * (32,000 + 32 + 0 + 512) tokens = 17,062,428,672 B -> 5.0933 ms
     assert f["kv_traffic_s"] == pytest.approx(524_288 * 32_544 / BW_H100, rel=1e-9)
     # per (KV token, layer): 32 layers * 32,544 tokens = 1,041,408 -> 1.0414 ms at 1 ns
@@ -116,9 +117,10 @@ def test_llama2_70b_tp4_h100():
     assert (linear + lm_head) * 32 + attn * 32_000 == 4_481_529_937_920
     gemm_decode = (linear + lm_head) * 32 * GEMM_70B_TP4 + attn * 32_000
     assert f["decode_compute_s"] == pytest.approx(gemm_decode / n_peak, rel=1e-9)
-    # weights: 68,976,648,192 * 2 B = 137,953,296,384 B over 4 GPUs -> 10.295 ms, x the factor
+    # weights: (68,976,648,192 - 32,000 x 8,192 embedding) * 2 B = 137,429,008,384 B over 4
+    # GPUs -> 10.256 ms, x the factor
     assert dep.weight_stream_factor == pytest.approx(STREAM_70B_TP4, rel=1e-12)
-    assert f["weight_traffic_s"] == pytest.approx(137_953_296_384 * STREAM_70B_TP4 / (4 * BW_H100),
+    assert f["weight_traffic_s"] == pytest.approx(137_429_008_384 * STREAM_70B_TP4 / (4 * BW_H100),
                                                   rel=1e-9)
     # KV sharding: 8 KV heads / 4 GPUs = 2 per GPU -> 80*2*2*128*2 = 81,920 B/token/GPU
     # 81,920 * 32,544 = 2,666,004,480 B -> 0.79582 ms
@@ -140,12 +142,13 @@ def test_mixtral_tp2_distinct_expert_weights():
     d = Deployment("mixtral-8x7b", "H100", tp=2)
     agg = dict(prefill_tokens=0, prefill_context_tokens=0, prefill_attention_pairs=0,
                num_prefill_reqs=0, decode_context_tokens=8000)
-    # non-expert weights: 1,605,636,096 params * 2 B = 3,211,272,192 B
+    # non-expert weights streamed: (1,605,636,096 - 32,000 x 4,096 embedding) * 2 B =
+    # 2,949,128,192 B
     # one expert in one layer: 3*4096*14336*2 B = 352,321,536 B; 32 MoE layers
     # the dense weights stream at the kernel-priced factor of their GEMMs, the routed experts
     # (fused-MoE kernels) at bytes over peak (their measured price is not applied, PRICE_MOE)
     assert d.moe_stream_factor == 1.0
-    dense, expert = 3_211_272_192 * d.weight_stream_factor, 352_321_536
+    dense, expert = 2_949_128_192 * d.weight_stream_factor, 352_321_536
     # 1 token touches exactly k = 2 experts/layer: dense + 32*2*352,321,536 B over 2 GPUs
     one = beta_features(d, num_decode_reqs=1, **agg)[0, BETA_FEATURES.index("weight_traffic_s")]
     assert one == pytest.approx((dense + 32 * 2 * expert) / (2 * BW_H100), rel=1e-9)
@@ -154,9 +157,9 @@ def test_mixtral_tp2_distinct_expert_weights():
     distinct16 = 8 * (1 - 0.0100226)
     sixteen = beta_features(d, num_decode_reqs=16, **agg)[0, BETA_FEATURES.index("weight_traffic_s")]
     assert sixteen == pytest.approx((dense + 32 * distinct16 * expert) / (2 * BW_H100), rel=1e-5)
-    # many tokens: all 8 experts -> every weight is read: 46,702,792,704 * 2 B in all
+    # many tokens: all 8 experts -> every weight but the embedding is read
     many = beta_features(d, num_decode_reqs=4096, **agg)[0, BETA_FEATURES.index("weight_traffic_s")]
-    assert 3_211_272_192 + 32 * 8 * 352_321_536 == 46_702_792_704 * 2
+    assert 2_949_128_192 + 32 * 8 * 352_321_536 + 32_000 * 4096 * 2 == 46_702_792_704 * 2
     assert many == pytest.approx((dense + 32 * 8 * expert) / (2 * BW_H100), rel=1e-9)
     # compute uses the top-2 active experts only:
     # attention 41,943,040 + router 32,768 + 2 experts 352,321,536 per layer; the dense

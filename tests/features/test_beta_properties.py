@@ -167,7 +167,7 @@ def test_slot_mapping_weighs_moe_weights_and_waits_one_step_in_alpha0():
     d = Deployment("mixtral-8x7b", "H100", tp=2)
     # BLIS reads every expert at the weight slot: the dense GEMMs' factor (1.42, small
     # attention matrices) weighted by their 3.2 GB against 90.2 GB of experts at 1
-    dense, experts = d.dense_weight_bytes, 32 * 8 * 3 * 4096 * 14336 * 2
+    dense, experts = d.streamed_weight_bytes, 32 * 8 * 3 * 4096 * 14336 * 2
     assert d.feature_factors["weight_traffic_s"] == pytest.approx(
         (dense * d.weight_stream_factor + experts) / (dense + experts))
     assert d.feature_factors["weight_traffic_s"] < 1.05 < d.weight_stream_factor
