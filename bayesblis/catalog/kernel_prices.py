@@ -11,8 +11,9 @@ runs' hardware) so the fitted coefficients keep their meaning:
 - `factor`: a step's dense GEMMs (`layer_gemms`: attention projections, MLP or shared
   expert per GPU of the TP group, the lm_head once, each from its `gemm_tables` dtype: bf16
   where a quantized checkpoint leaves the module unquantized) at `DECODE_TOKENS`,
-  measured, over their weight bytes at datasheet bandwidth. Routed experts (fused-MoE kernels) are not
-  priced here. A100 about 1.2, FP8 on H100 about 2.4 (Llama-4-Scout at TP 2);
+  measured, over their weight bytes at datasheet bandwidth. Routed experts (fused-MoE
+  kernels) are not priced here. A100 about 1.2, FP8 on H100 about 2.4 where every GEMM is
+  FP8 (Llama-4-Scout at TP 2: 1.6, its attention and lm_head are bf16);
 - `moe_factor`: a fused-MoE layer at decode token counts that touch every local expert,
   measured, over its experts' bytes at datasheet bandwidth, from the table's shape nearest
   the model's (per GPU, dtype and expert TP/EP): Mixtral-8x7B on H100 bf16 TP 2 0.93, FP8
@@ -500,8 +501,8 @@ def build(kernel_db_dir, out=CATALOG_FILE) -> dict:
 def clear_caches() -> None:
     """Forget what was read or priced from the catalog file (after it was rewritten, or
     pointed elsewhere)."""
-    for cached in (catalog, reference_ratios, factor, compute_factor, gpu_compute_factor, moe_ratio, moe_factor, kv_factor,
-                   allreduce_curve):
+    for cached in (catalog, reference_ratios, factor, compute_factor, gpu_compute_factor, moe_ratio,
+                   moe_factor, kv_factor, allreduce_curve):
         cached.cache_clear()
 
 
