@@ -372,17 +372,16 @@ class Discrepancy:
         of a fitted configuration the sd, growing beyond its `fitted_load` (`widening`)."""
         from bayesblis.catalog.kernel_spread import gpu_metric_sd, kernel_measured
 
+        own = {m: v for m, v in self.sd.items() if m not in self.scale}  # metrics left unscaled
         gpu = (unseen_levels or {}).get("hardware")
         if gpu is not None:
             rule = NEW_GPU if kernel_measured(str(gpu)) else UNMEASURED_GPU
             gpu_sd = gpu_metric_sd(str(gpu))
-            own = {m: v for m, v in self.sd.items() if m not in self.scale}
             sd = {m: float(np.hypot(own.get(m, 0.0), gpu_sd)) for m in {*self.sd, *self.scale}}
             return replace(self, sd=sd, applies=rule, fitted_load=None)
         if seen_config or not self.scale:
             return replace(self, scale={}, applies=NEW_RUN,
                            fitted_load=fitted_load if seen_config else None)
-        own = {m: v for m, v in self.sd.items() if m not in self.scale}
         return replace(self, sd=own, applies=NEW_CONFIGURATION, fitted_load=None)
 
     def to_dict(self) -> dict:

@@ -70,7 +70,7 @@ LINK_GROUPS = ("allreduce_per_byte", "allreduce_latency")
 LINK_OFFSET_SD = 1.0
 """Prior sd (log scale) of the PCIe GPUs' offset in `LINK_GROUPS`: a fit without a PCIe GPU
 predicts one with this much more spread."""
-DECODE_TOKENS_GROUP = "gemm_decode"
+WEIGHT_STREAMING_GROUP = "gemm_decode"
 """The group whose spread widens every metric of a GPU kernel-db lacks (`gpu_metric_sd`):
 weight streaming is most of a decode step on every configuration here."""
 SHAPE_RANGE = (1024, 16384)
@@ -108,12 +108,13 @@ def log_ratios(catalog: dict | None = None) -> pd.DataFrame:
         k = np.asarray(grid["k"], float)[None, :]
         keep = (n >= SHAPE_RANGE[0]) & (n <= SHAPE_RANGE[1]) & (k >= SHAPE_RANGE[0]) & (k <= SHAPE_RANGE[1])
         log_us = {m: np.asarray(g, float) for m, g in zip(grid["m"], grid["log_us"])}
-        decode = np.mean([log_us[m] - np.log(n * k * 2 / gpu.hbm_bandwidth_bytes_per_s * 1e6)
+        weight_bytes = n * k * kernel_prices.TABLE_BYTES["bf16"]
+        decode = np.mean([log_us[m] - np.log(weight_bytes / gpu.hbm_bandwidth_bytes_per_s * 1e6)
                           for m in kernel_prices.DECODE_TOKENS], axis=0)
         prefill = np.median([log_us[m] - np.log(2 * m * n * k / gpu.peak_flops("bf16") * 1e6)
                              for m in kernel_prices.PREFILL_TOKENS], axis=0)
         names = np.array([[f"{int(a)}x{int(b)}" for b in k[0]] for a in n[:, 0]])
-        past_l2 = keep & (n * k * kernel_prices.TABLE_BYTES["bf16"] >= max(kernel_prices.L2_BYTES.values()))
+        past_l2 = keep & (weight_bytes >= max(kernel_prices.L2_BYTES.values()))
         add("gemm_decode", gpu_name, names[past_l2], decode[past_l2])
         add("gemm_prefill", gpu_name, names[keep], prefill[keep])
     for gpu_name, value in catalog.get("decode_attention", {}).items():
@@ -316,8 +317,8 @@ def gpu_metric_sd(gpu_name: str) -> float:
 
 def unmeasured_metric_sd() -> float:
     """`HARDWARE_SCALE` with the spread of weight streaming across GPUs
-    (`DECODE_TOKENS_GROUP`) in quadrature: a GPU kernel-db lacks."""
-    return float(np.hypot(HARDWARE_SCALE, new_gpu_sd(DECODE_TOKENS_GROUP)))
+    (`WEIGHT_STREAMING_GROUP`) in quadrature: a GPU kernel-db lacks."""
+    return float(np.hypot(HARDWARE_SCALE, new_gpu_sd(WEIGHT_STREAMING_GROUP)))
 
 
 def format_table(result: dict) -> str:

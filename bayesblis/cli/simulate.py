@@ -113,7 +113,7 @@ def format_summary(result: dict) -> str:
     [interval] and the mean; then the share of draws that saturate each stage."""
     import math
 
-    from bayesblis.discrepancy import NEW_GPU, SCALED_RULES, UNMEASURED_GPU
+    from bayesblis.discrepancy import NEW_CONFIGURATION, NEW_GPU, UNMEASURED_GPU
     from bayesblis.simulate.results import METRICS, SATURATION_LAG_GROWTH
     from bayesblis.simulate.workload import format_workload_summary
 
@@ -124,14 +124,13 @@ def format_summary(result: dict) -> str:
     ci = int(round(result["metadata"].get("ci_prob", 0.9) * 100))
     head = f"{'metric':<26}" + "".join(f"{name:>{width}}" for name, _ in blocks)
     disc = result["metadata"].get("discrepancy")
-    never_fitted = bool(disc) and disc.get("applies") in SCALED_RULES
-    kind = (f"{ci}% prediction interval: draws' spread x scale, with the new GPU's own spread"
-            if never_fitted and disc.get("applies") == NEW_GPU else
-            f"{ci}% prediction interval: draws' spread x scale, with the new GPU's own spread "
-            "and kernel-db's spread across GPUs"
-            if never_fitted and disc.get("applies") == UNMEASURED_GPU else
-            f"{ci}% prediction interval: draws' spread x scale (configuration never fitted)"
-            if never_fitted else
+    scaled = {NEW_CONFIGURATION: "draws' spread x scale (configuration never fitted)",
+              NEW_GPU: "draws' spread x scale, with the new GPU's own spread",
+              UNMEASURED_GPU: "draws' spread x scale, with the new GPU's own spread and "
+                              "kernel-db's spread across GPUs"}
+    rule = (disc or {}).get("applies")
+    never_fitted = rule in scaled
+    kind = (f"{ci}% prediction interval: {scaled[rule]}" if never_fitted else
             f"{ci}% prediction interval: draws x simulator discrepancy" if disc
             else f"{ci}% interval of the posterior draws")
     lines = [f"median over draws [{kind}] and mean (a few saturated draws inflate the mean)",

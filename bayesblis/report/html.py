@@ -128,7 +128,9 @@ NO_PLAN = ("No capacity plan was given. <code>bayesblis plan SCENARIO --posterio
 
 def plan_section(plan: dict) -> str:
     """Capacity per option and the predicted latencies, as figures first, then tables."""
-    from bayesblis.plan import extrapolated_options, never_fitted_options, new_gpu_options
+    from bayesblis.catalog.kernel_spread import unmeasured_metric_sd
+    from bayesblis.plan import (extrapolated_options, never_fitted_options, new_gpu_options,
+                                unmeasured_gpu_options)
     from bayesblis.report.figures import fig_latency, fig_plan
 
     parts = []
@@ -167,6 +169,11 @@ def plan_section(plan: dict) -> str:
             parts.append(f"<p>GPU never traced ({_e(', '.join(new_gpus))}): each draw's spread "
                          f"is scaled likewise and widened by the GPU's own log-scale sd "
                          f"(its kernels are in the features).</p>")
+        unmeasured = unmeasured_gpu_options(plan)
+        if unmeasured:
+            parts.append(f"<p>GPU neither traced nor in kernel-db ({_e(', '.join(unmeasured))}): "
+                         f"each draw's spread is scaled likewise and widened by a log-scale sd of "
+                         f"{unmeasured_metric_sd():.2g} (kernel-db's spread across GPUs).</p>")
         beyond = extrapolated_options(plan)
         if beyond:
             parts.append(f"<p>Capacity beyond the traced load ({_e(', '.join(beyond))}): the "

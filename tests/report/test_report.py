@@ -125,6 +125,10 @@ def test_plan_section_shows_the_cliff_as_a_probability(plan_path):
     with_disc["options"][0].setdefault("coefficients", {})["discrepancy_rule"] = NEW_CONFIGURATION
     label = with_disc["options"][0]["label"]
     assert f"<p>Never fitted ({label}): each draw's spread" in plan_section(with_disc)
+    from bayesblis.discrepancy import UNMEASURED_GPU
+    with_disc["options"][0]["coefficients"]["discrepancy_rule"] = UNMEASURED_GPU
+    assert f"<p>GPU neither traced nor in kernel-db ({label}): each draw's spread" in \
+        plan_section(with_disc)
     assert text.count("probability curve</h3>") == 2
     assert "<th>ttft_p90_s median [s]</th><th>ttft_p90_s mean [s]</th>" in text
     # the tp=1 curve's last row: 8 req/s, 2 x capacity: share 1, median 1.1 s, mean 30.1 s

@@ -262,6 +262,33 @@ def test_prediction_intervals_widen_by_the_simulator_discrepancy(tmp_path):
     assert own["summary"]["e2e_mean_s"] == plain["summary"]["e2e_mean_s"]
 
 
+def test_the_summary_names_the_rule_each_scaled_interval_follows(tmp_path):
+    """The printed header says which rule scaled a never-fitted configuration's spread, and
+    the footer gives the scales (`Discrepancy.for_configuration`)."""
+    from bayesblis.cli.simulate import format_summary
+    from bayesblis.discrepancy import NEW_CONFIGURATION, NEW_GPU, UNMEASURED_GPU
+
+    sc = tmp_path / "sc.yaml"
+    sc.write_text(yaml.safe_dump({"model": "llama-2-7b", "hardware": "H100-SXM", "workload": {
+        "stages": [{"rate": 4, "duration": 4}], "prompt_tokens": 300, "output_tokens": 30}}))
+    coef = tmp_path / "c.json"
+    coef.write_text(json.dumps({"alpha": ALPHA_PRIOR, "beta": BETA_PRIOR}))
+    out = tmp_path / "r.json"
+    invoke([sc, "--coefficients", coef, "--draws", 4, "--out", out])
+    result = json.loads(out.read_text())
+    result["metadata"]["discrepancy"].update(scale={"e2e_mean_s": 0.3}, scale_source="model held out")
+    headers = {}
+    for rule in (NEW_CONFIGURATION, NEW_GPU, UNMEASURED_GPU):
+        result["metadata"]["discrepancy"]["applies"] = rule
+        text = format_summary(result)
+        headers[rule] = text.splitlines()[0]
+        assert "e2e_mean_s x0.30" in text and "scaled as measured held out by model" in text
+    assert "(configuration never fitted)" in headers[NEW_CONFIGURATION]
+    assert headers[NEW_GPU].endswith("with the new GPU's own spread] and mean (a few saturated "
+                                     "draws inflate the mean)")
+    assert "and kernel-db's spread across GPUs" in headers[UNMEASURED_GPU]
+
+
 def test_bad_discrepancy_is_one_line_error(tmp_path, capsys):
     from bayesblis.cli import main
 
