@@ -176,16 +176,17 @@ def score(run: ExternalRun, result: dict) -> list[dict]:
                "rate_rps": pred.get("rate_rps") if pred else None,
                "saturated_share": pred.get("saturated_share") if pred else None,
                "seen_config": result.get("seen_config")}
-        miscounted = _itl_miscounted(row, (result.get("workload") or [None] * (s + 1))[s])
+        workload_row = (result.get("workload") or [None] * (s + 1))[s]
+        miscounted = _itl_miscounted(row, workload_row)
         if miscounted:
-            rec["itl_not_scored"] = miscounted
+            rec["measured_itl_client_s"] = row["itl_mean_s"]
+            rec["itl_from_e2e"] = miscounted + "; scored as (E2E - TTFT) / (generated - 1)"
         for metric in METRICS:
-            value = row[metric]
+            value = (itl_from_e2e(row, workload_row) if metric == "itl_mean_s" and miscounted
+                     else row[metric])
             rec[f"measured_{metric}"] = value
             p = pred.get(metric) if pred else None
             if not p or p.get("median") is None or not math.isfinite(value):
-                continue
-            if metric == "itl_mean_s" and miscounted:
                 continue
             median, mean = float(p["median"]), float(p["mean"])
             lo, hi = float(p["lo"]), float(p["hi"])
@@ -204,11 +205,19 @@ MIN_OUTPUT_COUNT_RATIO = 0.95
 """A measured per-token ITL whose implied output count ((E2E - TTFT) / ITL + 1) is below
 this share of the tokens the server generates is a per-recorded-token figure over
 miscounted outputs (Llama-2-7B runs record too few tokens for a share of requests,
-`io.inference_perf.correct_output_counts`): not comparable, not scored."""
+`io.inference_perf.correct_output_counts`): such a stage's ITL is scored from its E2E and
+TTFT instead (`itl_from_e2e`)."""
+
+
+def itl_from_e2e(row: dict, workload_row: dict) -> float:
+    """The stage's per-token ITL over the tokens the server generates: (mean E2E - mean
+    TTFT) / (mean output tokens - 1), the simulator's own definition of ITL."""
+    generated = workload_row["output_tokens"]["mean"]
+    return (row["e2e_mean_s"] - row["ttft_mean_s"]) / (generated - 1)
 
 
 def _itl_miscounted(row: dict, workload_row: dict | None) -> str | None:
-    """Why the stage's measured ITL is not scored, or None."""
+    """Why the stage's measured ITL is not comparable as recorded, or None."""
     if not workload_row or not workload_row.get("output_tokens"):
         return None
     generated = workload_row["output_tokens"]["mean"]

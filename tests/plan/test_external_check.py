@@ -64,15 +64,23 @@ def test_scores_are_the_errors_of_the_predictive_median(tiny_posterior, tmp_path
     assert "Qwen2.5-7B-Instruct" in format_table(report)
 
 
-def test_itl_over_miscounted_outputs_is_not_scored():
+def test_itl_over_miscounted_outputs_is_scored_from_e2e():
     run = type("Run", (), {"name": "r", "label": "m", "measured": [
         {"stage": 0, "e2e_mean_s": 2.0, "ttft_mean_s": 0.05, "itl_mean_s": 0.0195 / 0.7,
          "e2e_p90_s": 2.1, "ttft_p90_s": 0.06}]})()
     stage = {m: {"median": 1.0, "mean": 1.0, "lo": 0.9, "hi": 1.1} for m in METRICS}
+    stage["itl_mean_s"] = {"median": 0.0205, "mean": 0.0205, "lo": 0.018, "hi": 0.022}
     result = {"stages": [stage], "workload": [{"output_tokens": {"mean": 101.0}}]}
     rec = score(run, result)[0]
-    assert "miscounted" in rec["itl_not_scored"] and "abs_pct_error_itl_mean_s" not in rec
-    assert "abs_pct_error_e2e_mean_s" in rec
+    assert "miscounted" in rec["itl_from_e2e"]
+    assert rec["measured_itl_client_s"] == pytest.approx(0.0195 / 0.7)
+    assert rec["measured_itl_mean_s"] == pytest.approx(1.95 / 100)   # (E2E - TTFT) / (101 - 1)
+    assert rec["signed_pct_error_itl_mean_s"] == pytest.approx(100 * (0.0205 / 0.0195 - 1))
+    assert rec["covered_itl_mean_s"] and "abs_pct_error_e2e_mean_s" in rec
+    counted = dict(run.measured[0], itl_mean_s=0.0195)              # 101 tokens implied
+    run.measured = [counted]
+    rec = score(run, result)[0]
+    assert "itl_from_e2e" not in rec and rec["measured_itl_mean_s"] == 0.0195
 
 
 def test_bad_run_folders_say_what_is_wrong(tmp_path):
