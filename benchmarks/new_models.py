@@ -7,6 +7,7 @@ summary over the eight non-Scout runs (the issue's targets) and the BLIS trained
 figures published beside the measurements (in sample for BLIS).
 
     python benchmarks/new_models.py [--posterior POSTERIOR.nc] [--draws 40] [--discrepancy none]
+        [--plot docs/new-models-check.png]
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--discrepancy", default=None,
                     help="a discrepancy file; 'none': posterior-only intervals (default: packaged)")
+    ap.add_argument("--plot", default=None, help="a PNG of every stage's error and interval")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -87,6 +89,11 @@ def main(argv=None) -> dict:
                      for m in METRICS if m in s})
     print("BLIS trained-physics (in sample):", report["summary"]["blis_trained_physics_in_sample"])
     print(f"wrote {args.out}")
+    if args.plot:
+        from bayesblis.report.figures import fig_external_check, save_png
+
+        save_png(fig_external_check(report), args.plot)
+        print(f"wrote {args.plot}")
     return report
 
 

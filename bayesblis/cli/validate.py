@@ -45,10 +45,13 @@ import click
 @click.option("--model-configs", multiple=True, type=click.Path(exists=True, file_okay=False),
               help="With --external: folders of <model>/config.json for models not in the "
                    "catalog (matched by the HF id's last part).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="With --external: a PNG of every stage's predicted / measured - 1 with its "
+                   "interval (E2E, TTFT, ITL).")
 @click.option("--seed", default=1, show_default=True, type=int)
 def command(dirs, holdout, hardware, out_path, n_draws, fit_draws, fit_tune, max_obs_per_run,
             max_duration_s, max_treedepth, target_accept, no_discrepancy, profiles, external,
-            posterior, model_configs, seed):
+            posterior, model_configs, plot_path, seed):
     """Fit without each held-out run (or model), replay it with posterior draws, compare.
 
     With --external: predict measured runs of configurations never traced from their load
@@ -56,10 +59,11 @@ def command(dirs, holdout, hardware, out_path, n_draws, fit_draws, fit_tune, max
     from bayesblis import atomic
 
     if external:
-        _external(dirs, posterior, model_configs, hardware, n_draws, no_discrepancy, seed, out_path)
+        _external(dirs, posterior, model_configs, hardware, n_draws, no_discrepancy, seed, out_path,
+                  plot_path)
         return
-    if posterior is not None or model_configs:
-        raise click.UsageError("--posterior and --model-configs go with --external")
+    if posterior is not None or model_configs or plot_path:
+        raise click.UsageError("--posterior, --model-configs and --plot go with --external")
     from bayesblis.validate import expand_dirs, format_table, run_validation
 
     import tempfile
@@ -86,7 +90,8 @@ EXTERNAL_DRAWS = 200
 several percent between sets of 40 draws."""
 
 
-def _external(dirs, posterior, model_configs, hardware, n_draws, no_discrepancy, seed, out_path):
+def _external(dirs, posterior, model_configs, hardware, n_draws, no_discrepancy, seed, out_path,
+              plot_path=None):
     from bayesblis.external_check import expand_runs, format_table, run_check, write_report
 
     if posterior is None:
@@ -102,3 +107,8 @@ def _external(dirs, posterior, model_configs, hardware, n_draws, no_discrepancy,
     click.echo(format_table(report))
     write_report(out_path, report)
     click.echo(f"wrote {out_path}")
+    if plot_path:
+        from bayesblis.report.figures import fig_external_check, save_png
+
+        save_png(fig_external_check(report), plot_path)
+        click.echo(f"wrote {plot_path}")

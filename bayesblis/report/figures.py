@@ -410,3 +410,41 @@ def fig_latency(plan: dict, ci_prob: float = CI_PROB) -> Figure:
                  "dashed: capacity", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------------- external check
+EXTERNAL_METRICS = (("e2e_mean_s", "E2E mean"), ("ttft_mean_s", "TTFT mean"),
+                    ("itl_mean_s", "ITL mean"))
+"""Panels of `fig_external_check`: metric key and title."""
+
+
+def fig_external_check(report: dict, band_pct: float = 5.0) -> Figure:
+    """`validate --external` report, one row per scored stage and one panel per metric of
+    EXTERNAL_METRICS: predicted / measured - 1 of the predictive median (dot) and of its
+    interval (bar), shaded ±`band_pct`; red: the measurement lies outside the interval."""
+    records = report["records"]
+    labels = [f"{_short(r['run'], 48)} · stage {r['stage']}" for r in records]
+    yy = np.arange(len(records))[::-1]
+    fig = Figure(figsize=(11, 0.27 * len(records) + 1.4))
+    axes = fig.subplots(1, len(EXTERNAL_METRICS), sharey=True)
+    for ax, (metric, title) in zip(axes, EXTERNAL_METRICS):
+        ax.axvspan(-band_pct, band_pct, color="C2", alpha=0.12)
+        ax.axvline(0.0, color="0.3", lw=0.8)
+        for y, r in zip(yy, records):
+            if f"pred_{metric}" not in r:
+                continue
+            measured = r[f"measured_{metric}"]
+            lo, med, hi = (100 * (r[f"pred_{metric}{s}"] / measured - 1) for s in ("_lo", "", "_hi"))
+            color = "C0" if r[f"covered_{metric}"] else "C3"
+            ax.plot([lo, hi], [y, y], color=color, lw=1.5, alpha=0.6)
+            ax.plot([med], [y], "o", color=color, ms=4)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("predicted / measured − 1 (%)", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0].set_yticks(yy)
+    axes[0].set_yticklabels(labels, fontsize=7)
+    fig.suptitle(f"Configurations never traced: predictive median (dot) and "
+                 f"{report.get('ci_prob', CI_PROB):.0%} interval (bar); red: measured outside; "
+                 f"shaded ±{band_pct:g}%", fontsize=9)
+    fig.tight_layout()
+    return fig

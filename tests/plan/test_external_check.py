@@ -102,13 +102,37 @@ def test_validate_external_cli(tiny_posterior, tmp_path):
         METRICS, (900.0, 30.0, 20.0, 950.0, 40.0))} for s in (0, 1)}
     write_run(tmp_path / "runs" / "a", stages)
     out = tmp_path / "report.json"
+    plot = tmp_path / "check.png"
     res = CliRunner().invoke(cli, ["validate", "--external", str(tmp_path / "runs"), "--posterior",
                                     str(tiny_posterior[0]), "--draws", "4", "--no-discrepancy",
-                                    "--out", str(out)])
+                                    "--out", str(out), "--plot", str(plot)])
     assert res.exit_code == 0, res.output
     report = json.loads(out.read_text())
     assert report["report"] == "external_check" and len(report["records"]) == 2
     assert report["discrepancy"] is None and "wrote" in res.output
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    res = CliRunner().invoke(cli, ["validate", str(tmp_path / "runs"), "--plot", str(plot),
+                                    "--out", str(out)])
+    assert res.exit_code != 0 and "--plot" in res.output
     res = CliRunner().invoke(cli, ["validate", "--external", str(tmp_path / "runs"),
                                     "--out", str(out)])
     assert res.exit_code != 0 and "--posterior" in res.output
+
+
+def test_external_check_figure_marks_stages_outside_their_interval():
+    from bayesblis.report.figures import EXTERNAL_METRICS, fig_external_check
+
+    def rec(stage, measured, covered):
+        r = {"run": "r", "model": "m", "stage": stage}
+        for m, _ in EXTERNAL_METRICS:
+            r.update({f"measured_{m}": measured, f"pred_{m}": 1.0, f"pred_{m}_lo": 0.9,
+                      f"pred_{m}_hi": 1.1, f"covered_{m}": covered})
+        return r
+
+    fig = fig_external_check({"records": [rec(0, 1.0, True), rec(1, 2.0, False)], "ci_prob": 0.9})
+    axes = fig.get_axes()
+    assert len(axes) == len(EXTERNAL_METRICS)
+    dots = [line for line in axes[0].get_lines() if line.get_marker() == "o"]
+    assert [line.get_xdata()[0] for line in dots] == pytest.approx([0.0, -50.0])
+    assert [line.get_color() for line in dots] == ["C0", "C3"]
+    assert [t.get_text() for t in axes[0].get_yticklabels()] == ["r · stage 0", "r · stage 1"]
