@@ -8,6 +8,7 @@ BLIS TraceV2 header + data (replay).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -388,10 +389,11 @@ def _check_workload(w, source) -> dict:
         ok = (isinstance(st, dict) and set(st) <= {"rate", "duration"}
               and all(isinstance(st.get(k), (int, float)) and not isinstance(st.get(k), bool)
                       for k in ("rate", "duration"))
+              and math.isfinite(st["rate"]) and math.isfinite(st["duration"])
               and st["rate"] >= 0 and st["duration"] > 0)
         if not ok:
-            raise InputError(source, f"invalid stage {st!r}", record=f"stage {i}",
-                             field="workload.stages", expected="{rate: >= 0 req/s, duration: > 0 s}")
+            raise InputError(source, f"invalid stage {st!r}", record=f"stage {i}", field="workload.stages",
+                             expected="{rate: finite >= 0 req/s, duration: finite > 0 s}")
     arrival = w.get("arrival", "constant")
     if arrival not in ARRIVALS:
         raise InputError(source, f"invalid value {arrival!r}", field="workload.arrival",

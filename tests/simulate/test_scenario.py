@@ -53,6 +53,10 @@ def test_scenario_yaml_builds_workload_and_config(tmp_path):
     ({"workload": {**BASE["workload"], "arrival": "bursty"}}, "workload.arrival"),
     ({"workload": {**BASE["workload"], "prompt_tokens": {"dist": "zipf"}}}, "workload.prompt_tokens"),
     ({"workload": {**BASE["workload"], "stages": [{"rate": 1}]}}, "workload.stages"),
+    ({"workload": {**BASE["workload"], "stages": [{"rate": 1, "duration": float("inf")}]}},
+     "workload.stages"),
+    ({"workload": {**BASE["workload"], "stages": [{"rate": float("inf"), "duration": 5}]}},
+     "workload.stages"),
 ])
 def test_bad_scenario_names_file_and_field(tmp_path, patch, field):
     p = write(tmp_path, {**BASE, **patch})
