@@ -418,7 +418,8 @@ def _check_workload(w, source) -> dict:
         if isinstance(g, bool) or not isinstance(g, int) or g < 1:
             raise InputError(source, f"invalid value {g!r}", field="workload.prefix.num_groups",
                              expected="a positive integer")
-        check_token_spec(prefix.get("system_prompt_len", 0), source, "workload.prefix.system_prompt_len")
+        check_token_spec(prefix.get("system_prompt_len", 0), source, "workload.prefix.system_prompt_len",
+                         minimum=0)
     return dict(w)
 
 

@@ -301,13 +301,26 @@ def shared_prefix(stages, *, arrival: str = "normalized_exponential", seed: int 
                     cols["prefix_tokens"], stage, None, bounds)
 
 
-def check_token_spec(spec, path, field_name):
-    """Raise InputError when `spec` is not a valid token spec."""
+def check_token_spec(spec, path, field_name, *, minimum: int = 1):
+    """Raise InputError when `spec` is not a valid token spec. A count below `minimum` (the
+    int, or a mapping's `value`, `min`, `max`) and a parameter that is NaN or infinite are
+    errors, not clipped."""
+    expected = f"an int >= {minimum} or {{dist: fixed|uniform|normal|lognormal, ...}}"
+    params = spec.items() if isinstance(spec, dict) else [(None, spec)]
+    for key, v in params:
+        if key == "dist" or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        name = field_name if key is None else f"{field_name}.{key}"
+        if not np.isfinite(v):
+            raise InputError(path, f"invalid value {v!r}", field=name, expected="a finite number")
+        if key in (None, "value", "min", "max") and v < minimum:
+            raise InputError(path, f"invalid value {v!r}", field=name,
+                             expected=f"a token count >= {minimum}")
     try:
         sample_tokens(spec, 1, np.random.default_rng(0))
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(path, f"invalid token distribution: {exc}", field=field_name,
-                         expected="an int or {dist: fixed|uniform|normal|lognormal, ...}") from None
+                         expected=expected) from None
 
 
 def cached_prompt_tokens(w: Workload, block_size: int) -> np.ndarray:

@@ -57,6 +57,17 @@ def test_scenario_yaml_builds_workload_and_config(tmp_path):
      "workload.stages"),
     ({"workload": {**BASE["workload"], "stages": [{"rate": float("inf"), "duration": 5}]}},
      "workload.stages"),
+    ({"workload": {**BASE["workload"], "output_tokens": 0}}, "workload.output_tokens"),
+    ({"workload": {**BASE["workload"], "prompt_tokens": -5}}, "workload.prompt_tokens"),
+    ({"workload": {**BASE["workload"], "prompt_tokens": {"dist": "uniform", "min": -10, "max": 5}}},
+     "workload.prompt_tokens.min"),
+    ({"workload": {**BASE["workload"], "prompt_tokens": {"dist": "fixed", "value": float("nan")}}},
+     "workload.prompt_tokens.value"),
+    ({"workload": {**BASE["workload"], "prompt_tokens": {"dist": "normal", "mean": 300,
+                                                         "std": float("inf")}}},
+     "workload.prompt_tokens.std"),
+    ({"workload": {**BASE["workload"], "prefix": {"num_groups": 2, "system_prompt_len": -1}}},
+     "workload.prefix.system_prompt_len"),
 ])
 def test_bad_scenario_names_file_and_field(tmp_path, patch, field):
     p = write(tmp_path, {**BASE, **patch})
