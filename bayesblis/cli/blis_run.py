@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from bayesblis.cli.params import FiniteFloatRange, PROBABILITY
 from bayesblis.constants import CI_PROB
 
 
@@ -30,14 +31,14 @@ from bayesblis.constants import CI_PROB
               help="Folder for the build, the trace and BLIS's outputs (default: beside --out).")
 @click.option("--hardware", help="GPU catalog name (overrides / fills the scenario's hardware).")
 @click.option("--replay", is_flag=True, help="Inference-perf folder: replay the recorded requests.")
-@click.option("--max-duration-s", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--max-duration-s", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Only the requests arriving in the first S seconds.")
 @click.option("--model-config-folder", type=click.Path(exists=True, file_okay=False, path_type=Path),
               default=None, help="trained-physics: folder holding the model's config.json "
                                  "(default: BLIS's own model_configs/<name>).")
 @click.option("--hardware-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="trained-physics: BLIS hardware_config.json (default: BLIS's).")
-@click.option("--prob", default=CI_PROB, show_default=True, type=float,
+@click.option("--prob", default=CI_PROB, show_default=True, type=PROBABILITY,
               help="Interval probability.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the scenario's workload.")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,

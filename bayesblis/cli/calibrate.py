@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from bayesblis.cli.params import FiniteFloatRange
+
 
 @click.command("calibrate")
 @click.argument("posterior", type=click.Path(exists=True, dir_okay=False))
@@ -19,9 +21,9 @@ import click
 @click.option("--max-requests", type=click.IntRange(min=0), default=None,
               help="Keep only each run's first N requests (by arrival); 0: the population-level "
                    "prior alone.")
-@click.option("--first-seconds", type=click.FloatRange(min=0), default=None,
+@click.option("--first-seconds", type=FiniteFloatRange(min=0), default=None,
               help="Keep only the requests arriving in each run's first S seconds.")
-@click.option("--warmup-s", type=click.FloatRange(min=0), default=None,
+@click.option("--warmup-s", type=FiniteFloatRange(min=0), default=None,
               help="Seconds at the start of each client-traced run whose requests give no "
                    "window (a cold server runs slower); --max-requests and --first-seconds "
                    "count after it. [default: 20]")

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from bayesblis import atomic
+from bayesblis.cli.params import FiniteFloatRange, PROBABILITY
 from bayesblis.constants import CI_PROB
 
 
@@ -18,14 +19,16 @@ from bayesblis.constants import CI_PROB
 @click.option("--tp", default=1, show_default=True, type=int, help="Tensor-parallel degree.")
 @click.option("--ep", default=1, show_default=True, type=int, help="Expert-parallel degree (1 or TP).")
 @click.option("--dtype", default="auto", show_default=True, help="Compute dtype (auto = model's).")
-@click.option("--max-num-batched-tokens", type=int, default=None,
+@click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=None,
               help="vLLM chunk size; recorded in the output (features, not coefficients, use it).")
-@click.option("--max-model-len", type=int, default=None, help="vLLM max_model_len; recorded.")
-@click.option("--cpu-offload-gb", type=float, default=None, help="vLLM CPU KV offload size; recorded.")
+@click.option("--max-model-len", type=click.IntRange(min=1), default=None,
+              help="vLLM max_model_len; recorded.")
+@click.option("--cpu-offload-gb", type=FiniteFloatRange(min=0), default=None,
+              help="vLLM CPU KV offload size; recorded.")
 @click.option("--allow-unseen", is_flag=True,
               help="Answer for levels (GPU, model family) the posterior never saw, "
                    "from population-level draws.")
-@click.option("--prob", default=CI_PROB, show_default=True, type=float,
+@click.option("--prob", default=CI_PROB, show_default=True, type=PROBABILITY,
               help="Credible-interval probability.")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
               help="Output: .json (with intervals) or .yaml (BLIS trained_physics_coefficients); "
@@ -39,7 +42,7 @@ from bayesblis.constants import CI_PROB
               help="Also write N coefficient sets, one file per draw (<stem>.drawNNN<suffix>): "
                    "the posterior-predictive draws of a new run that `simulate --draws N "
                    "--seed S` runs (bayesblis-go or BLIS YAML; `blis-run` runs BLIS per file).")
-@click.option("--max-num-seqs", type=int, default=None,
+@click.option("--max-num-seqs", type=click.IntRange(min=1), default=None,
               help="vLLM max_num_seqs; recorded (bayesblis-go: predicts the next step).")
 @click.option("--async-scheduling/--no-async-scheduling", default=True, show_default=True,
               help="The engine schedules one step ahead (vLLM's default): bayesblis-go "
@@ -51,7 +54,7 @@ from bayesblis.constants import CI_PROB
                    "inference-perf folder or TraceV2), instead of copying coefficients slot "
                    "by slot; the fit's error is written in the YAML (docs/blis.md).")
 @click.option("--replay", is_flag=True, help="--project-on an inference-perf folder: its recorded requests.")
-@click.option("--max-duration-s", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--max-duration-s", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="--project-on: only the requests of the first S seconds (e.g. the first stage).")
 @click.option("--blis-model-config", type=click.Path(exists=True, file_okay=False, path_type=Path),
               default=None, help="--project-on: the folder with the config.json BLIS reads "

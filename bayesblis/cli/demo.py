@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from bayesblis.cli.fit import DEFAULTS as FIT_DEFAULTS
+from bayesblis.cli.params import FiniteFloatRange
 from bayesblis.model.laplace import CHOICES as LAPLACE_CHOICES
 from bayesblis.reconstruct import FIT_KINDS
 
@@ -132,7 +133,7 @@ def _ms(v):
 @click.option("--chains", type=click.IntRange(min=1), default=2, hidden=True)
 @click.option("--sim-draws", type=click.IntRange(min=2), default=40, show_default=True, hidden=True,
               help="Posterior draws simulated in phase 5.")
-@click.option("--sim-duration-s", type=click.FloatRange(min=1), default=None, hidden=True,
+@click.option("--sim-duration-s", type=FiniteFloatRange(min=1), default=None, hidden=True,
               help="Simulated traffic of phase 5 (default: the run's duration).")
 @click.option("--kinds", default=",".join(FIT_KINDS), show_default=True, hidden=True,
               help="Observation kinds to fit (comma separated).")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from bayesblis.cli.params import PROBABILITY
 from bayesblis.model.laplace import CHOICES as LAPLACE_CHOICES
 
 DEFAULTS = {"draws": 1000, "max_draws": 4000, "extend_draws": 500, "tune": 1000,
@@ -62,7 +63,7 @@ SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
               show_default=True,
               help="Precondition NUTS at the posterior mode (JAX backend; same posterior, "
                    "shorter trees and tuning on large tables). auto: from 20,000 observations.")
-@click.option("--target-accept", default=None, type=float,
+@click.option("--target-accept", default=None, type=PROBABILITY,
               help="NUTS target acceptance [default: 0.98]; raising it (e.g. 0.99) takes "
                    "smaller steps, slower, and does not always remove divergences "
                    "(docs/sampler.md).")

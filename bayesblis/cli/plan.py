@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from bayesblis.cli.discrepancy_option import discrepancy_option, resolve_discrepancy
+from bayesblis.cli.params import FiniteFloatRange, PROBABILITY
 
 
 @click.command("plan", context_settings={"show_default": True})
@@ -24,7 +25,7 @@ from bayesblis.cli.discrepancy_option import discrepancy_option, resolve_discrep
               help="Latency SLOs, comma separated: METRIC<SECONDS (or <=; 'ms' suffix allowed), "
                    "METRIC one of ttft_mean, ttft_p90, ttft_p99, itl_mean, tpot_mean, e2e_mean, "
                    "e2e_p90, e2e_p99; e.g. 'ttft_p90<0.2,itl_mean<0.05'.")
-@click.option("--prob", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.9,
+@click.option("--prob", type=PROBABILITY, default=0.9,
               help="Posterior probability with which all SLOs must hold.")
 @click.option("--options", "options", multiple=True, metavar="KEY=V1,V2",
               help="An option axis (tp, ep, hardware, dtype or a vLLM setting such as "
@@ -33,20 +34,20 @@ from bayesblis.cli.discrepancy_option import discrepancy_option, resolve_discrep
                    "none: the scenario as it is.")
 @click.option("--draws", type=click.IntRange(min=2), default=50,
               help="Posterior draws simulated at every rate.")
-@click.option("--duration-s", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--duration-s", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Traffic simulated per rate (default: the scenario's total duration).")
 @click.option("--hardware", help="GPU catalog name (fills / overrides the scenario's hardware).")
 @click.option("--replay", is_flag=True,
               help="Inference-perf folder: resample its recorded requests instead of its profile.")
 @click.option("--allow-unseen", is_flag=True,
               help="Allow population-level draws for options with levels the posterior never saw.")
-@click.option("--start-rate", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--start-rate", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="First rate tried, req/s (default: the scenario's highest stage rate).")
-@click.option("--min-rate", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--min-rate", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Lowest rate tried (default: max(start/1024, 5 requests per duration)).")
-@click.option("--max-rate", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--max-rate", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Highest rate tried (default: 64 x start).")
-@click.option("--rel-tol", type=click.FloatRange(min=0, min_open=True), default=0.02,
+@click.option("--rel-tol", type=FiniteFloatRange(min=0, min_open=True), default=0.02,
               help="Stop when the capacity bracket [lo, hi] has hi/lo - 1 <= this.")
 @click.option("--max-evals", type=click.IntRange(min=2), default=12,
               help="Rate evaluations per option at most.")

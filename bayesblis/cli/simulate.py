@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from bayesblis.cli.discrepancy_option import discrepancy_option, resolve_discrepancy
+from bayesblis.cli.params import FiniteFloatRange
 
 
 @click.command("simulate")
@@ -26,7 +27,7 @@ from bayesblis.cli.discrepancy_option import discrepancy_option, resolve_discrep
 @click.option("--allow-unseen", is_flag=True,
               help="Allow population-level draws for configurations the posterior never saw.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of draws and noise.")
-@click.option("--max-duration-s", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--max-duration-s", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Simulate only requests arriving before this time (s).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Threads running draws in parallel (default: all CPUs).")

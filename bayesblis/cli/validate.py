@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import click
 
+from bayesblis.cli.params import FiniteFloatRange, PROBABILITY
+
 
 @click.command("validate")
 @click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True))
@@ -22,11 +24,11 @@ import click
 @click.option("--fit-tune", default=300, show_default=True, type=int)
 @click.option("--max-obs-per-run", default=400, show_default=True, type=int,
               help="Windows kept per run (half decode, half TTFT).")
-@click.option("--max-duration-s", default=None, type=float,
+@click.option("--max-duration-s", default=None, type=FiniteFloatRange(min=0, min_open=True),
               help="Simulate only the first seconds of each run (quick checks).")
 @click.option("--max-treedepth", default=10, show_default=True, type=int,
               help="NUTS tree-depth cap per fold (lower = faster, less efficient sampling).")
-@click.option("--target-accept", default=0.95, show_default=True, type=float,
+@click.option("--target-accept", default=0.95, show_default=True, type=PROBABILITY,
               help="NUTS target acceptance per fold. Real client windows leave a narrow neck "
                    "between decode compute and KV cost where a chain at 0.9 can stick.")
 @click.option("--no-discrepancy", is_flag=True,

@@ -138,6 +138,25 @@ def test_cli_coefficients_answers_seen_and_unseen(tiny_fit, tmp_path, capsys):
     assert yaml.safe_load((tmp_path / "c.yaml").read_text())
 
 
+@pytest.mark.parametrize("option, value", [
+    ("--prob", "1.5"), ("--prob", "0"), ("--prob", "nan"), ("--max-num-batched-tokens", "-5"),
+    ("--max-model-len", "0"), ("--max-num-seqs", "0"), ("--cpu-offload-gb", "-1"),
+])
+def test_cli_coefficients_refuses_out_of_range_options_before_reading(tmp_path, capsys, option, value):
+    """An interval probability outside (0, 1) or a non-positive vLLM setting is a one-line
+    error naming the option, not a traceback or a value recorded as given."""
+    posterior = tmp_path / "posterior.nc"
+    posterior.write_text("not read: the options are checked first")
+    out = tmp_path / "c.json"
+    with pytest.raises(SystemExit) as exc:
+        main(["coefficients", str(posterior), "--model", "llama-2-7b", "--hardware", "H100",
+              option, value, "--out", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert option in err and "Traceback" not in err
+    assert not out.exists()
+
+
 def test_decode_compute_is_tied_to_prefill_compute_everywhere(tiny_fit):
     """One GEMM efficiency per step (priors.TIED_BETA): fitted configurations, a new
     configuration of seen levels and an unseen GPU all carry decode = prefill compute."""

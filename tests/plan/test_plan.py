@@ -339,6 +339,23 @@ def test_cli_parse_errors_are_usage_errors(tiny_posterior, tmp_path, args, words
     assert not (tmp_path / "p.json").exists()
 
 
+
+@pytest.mark.parametrize("args", [["--start-rate", "nan"], ["--duration-s", "inf"],
+                                  ["--prob", "nan"], ["--rel-tol", "nan"]])
+def test_cli_refuses_nan_and_infinite_numbers_before_reading(tmp_path, args):
+    """NaN passes a range check by comparison: it and infinity are usage errors naming the
+    option (a NaN start rate was a traceback, an infinite duration never finished)."""
+    from bayesblis.cli import cli
+
+    scenario, posterior = tmp_path / "s.yaml", tmp_path / "p.nc"
+    scenario.write_text("not read: the options are checked first\n")
+    posterior.write_text("not read\n")
+    res = CliRunner().invoke(cli, ["plan", str(scenario), "--posterior", str(posterior), "--slo", SLO,
+                                   *args, "--out", str(tmp_path / "p.json")])
+    assert res.exit_code == 2, res.output
+    assert f"Invalid value for '{args[0]}'" in res.output and "not a finite number" in res.output
+    assert not (tmp_path / "p.json").exists()
+
 def test_discrepancy_turns_each_draw_into_a_pass_probability(sweep):
     """With a simulator discrepancy a draw passes an SLO with probability Phi((log threshold
     - log value) / sd), all SLOs with the smallest of those; the capacity at a stated
