@@ -410,14 +410,13 @@ def load_coefficients(path) -> Draws:
         for name, vals, n in (("alpha_coeffs", alpha, len(ALPHA_FEATURES)),
                               ("beta_coeffs", beta, len(BETA_FEATURES))):
             if not isinstance(vals, list) or len(vals) != n or not all(
-                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+                    for v in vals):
                 raise InputError(path, f"invalid value {vals!r}", field=name,
                                  expected=f"a list of {n} numbers" + (
                                      f" (or {n - len(OPTIONAL_ALPHA)})" if name == "alpha_coeffs" else ""))
         alpha = np.array(alpha, float)
         beta = np.array(beta, float)
-        sigma = float(data.get("noise_sigma", 0.0))
-        nu = float(data.get("noise_nu", 30.0))
     else:
         data = parse_json_text(text, path, expected=expected)
         if not isinstance(data, dict):
@@ -443,13 +442,13 @@ def load_coefficients(path) -> Draws:
                                      expected="a finite number")
             vecs[key] = np.array([float(block[n]) for n in names])
         alpha, beta = vecs["alpha"], vecs["beta"]
-        sigma = data.get("noise_sigma", 0.0)
-        nu = data.get("noise_nu", 30.0)
-        for key, v in (("noise_sigma", sigma), ("noise_nu", nu)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise InputError(path, f"invalid value {v!r}", field=key, expected="a number >= 0")
-    if nu <= 0:
-        raise InputError(path, f"invalid value {nu!r}", field="noise_nu", expected="a number > 0")
+    sigma = data.get("noise_sigma", 0.0)
+    nu = data.get("noise_nu", 30.0)
+    for key, v, low in (("noise_sigma", sigma, 0.0), ("noise_nu", nu, None)):
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v)
+                or (v < low if low is not None else v <= 0)):
+            raise InputError(path, f"invalid value {v!r}", field=key,
+                             expected="a finite number " + (">= 0" if low is not None else "> 0"))
     return Draws(beta[None, :], alpha[None, :], [float(sigma)], [float(nu)],
                  source=f"coefficients file {path}")
 

@@ -102,6 +102,33 @@ def test_coefficient_files_without_the_frontend_term_simulate_without_it(tmp_pat
         load_coefficients(as_yaml)
 
 
+
+@pytest.mark.parametrize("field, value", [
+    ("noise_sigma", "x"), ("noise_sigma", -0.1), ("noise_sigma", float("nan")),
+    ("noise_nu", float("inf")), ("noise_nu", 0), ("beta_coeffs", float("nan")),
+])
+def test_bad_values_of_a_yaml_coefficients_file_name_the_field(tmp_path, field, value):
+    """The YAML layout is checked as the JSON one: a noise setting that is not a finite
+    number in range, or a coefficient that is NaN, names its key (a string noise_sigma was a
+    traceback; a negative or NaN one was simulated)."""
+    from bayesblis.errors import InputError
+    from bayesblis.features.alpha import ALPHA_FEATURES
+    from bayesblis.features.beta import BETA_FEATURES
+    from bayesblis.simulate.results import load_coefficients
+
+    data = {"alpha_coeffs": [ALPHA_PRIOR[n] for n in ALPHA_FEATURES],
+            "beta_coeffs": [BETA_PRIOR[n] for n in BETA_FEATURES]}
+    if field == "beta_coeffs":
+        data["beta_coeffs"][2] = value
+    else:
+        data[field] = value
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError) as exc:
+        load_coefficients(path)
+    assert exc.value.field == field and str(path) in str(exc.value)
+
+
 def test_bad_coefficients_file_is_clear_error(tmp_path):
     from bayesblis.cli import main
 
