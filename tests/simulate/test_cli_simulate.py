@@ -129,6 +129,26 @@ def test_bad_values_of_a_yaml_coefficients_file_name_the_field(tmp_path, field, 
     assert exc.value.field == field and str(path) in str(exc.value)
 
 
+def test_the_hand_written_examples_of_the_coefficients_spec_load(tmp_path):
+    """The JSON and YAML examples of data_specs/coefficients-input.md are files the reader
+    takes (the YAML one had fewer coefficients than BETA_FEATURES)."""
+    import re
+    from pathlib import Path
+
+    from bayesblis.simulate.results import load_coefficients
+
+    spec = Path(__file__).resolve().parents[2] / "data_specs" / "coefficients-input.md"
+    hand_written = spec.read_text().split("## Hand-written files", 1)[1]
+    blocks = re.findall(r"```(json|yaml)\n(.*?)```", hand_written, re.S)
+    assert sorted(kind for kind, _ in blocks) == ["json", "yaml"]
+    loaded = []
+    for kind, text in blocks:
+        path = tmp_path / f"example.{kind}"
+        path.write_text(text)
+        loaded.append(load_coefficients(path))
+    np.testing.assert_allclose(loaded[0].beta, loaded[1].beta)
+    np.testing.assert_allclose(loaded[0].alpha, loaded[1].alpha)
+
 def test_bad_coefficients_file_is_clear_error(tmp_path):
     from bayesblis.cli import main
 
