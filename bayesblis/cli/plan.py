@@ -99,7 +99,7 @@ def command(scenario, more_options, posterior, coefficients, slo_text, prob, opt
             f = float(token)
         except ValueError:
             f = -1.0
-        if not f > 0:
+        if not 0 < f < float("inf"):
             raise click.BadParameter(f"{token!r} in {curve_text!r} is not a positive factor "
                                      f"(expected e.g. 0.5,1.5,2)", param_hint="'--curve'")
         factors.append(f)

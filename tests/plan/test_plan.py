@@ -356,6 +356,20 @@ def test_cli_refuses_nan_and_infinite_numbers_before_reading(tmp_path, args):
     assert f"Invalid value for '{args[0]}'" in res.output and "not a finite number" in res.output
     assert not (tmp_path / "p.json").exists()
 
+
+def test_cli_refuses_an_infinite_curve_factor_before_reading(tmp_path):
+    """An infinite --curve factor is a usage error (it simulated an infinite rate forever)."""
+    from bayesblis.cli import cli
+
+    scenario, posterior = tmp_path / "s.yaml", tmp_path / "p.nc"
+    scenario.write_text("not read: the options are checked first\n")
+    posterior.write_text("not read\n")
+    res = CliRunner().invoke(cli, ["plan", str(scenario), "--posterior", str(posterior), "--slo", SLO,
+                                   "--curve", "0.5,inf", "--out", str(tmp_path / "p.json")])
+    assert res.exit_code == 2, res.output
+    assert "'--curve'" in res.output and "'inf'" in res.output and "positive factor" in res.output
+    assert not (tmp_path / "p.json").exists()
+
 def test_discrepancy_turns_each_draw_into_a_pass_probability(sweep):
     """With a simulator discrepancy a draw passes an SLO with probability Phi((log threshold
     - log value) / sd), all SLOs with the smallest of those; the capacity at a stated
