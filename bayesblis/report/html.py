@@ -97,26 +97,39 @@ def _section(sid: str, body: str) -> str:
 def read_plan(path) -> dict:
     """A PLAN.json (data_specs/plan.md), read tolerantly: `options` is required; each
     option's `evaluations` (rate_per_s, p_all, p_slo, saturated_share, metrics) and capacity
-    are optional."""
+    are optional, but an evaluation's rate and probabilities must be numbers and its
+    `p_slo` / `metrics` objects."""
+    from bayesblis.io.text import parse_json_text, read_text_checked
+
     path = Path(path)
-    if not path.is_file():
-        raise InputError(path, "plan file not found")
-    try:
-        plan = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not JSON ({exc})") from exc
+    expected = "a PLAN.json from `bayesblis plan` (data_specs/plan.md)"
+    plan = parse_json_text(read_text_checked(path, expected=expected), path, expected=expected)
     if not isinstance(plan, dict) or not isinstance(plan.get("options"), list):
         raise InputError(path, "not a capacity plan", field="options",
                          expected="a list of options (bayesblis plan output)")
     for i, opt in enumerate(plan["options"]):
         if not isinstance(opt, dict):
-            raise InputError(path, "option is not an object", record=i, field="options")
+            raise InputError(path, "option is not an object", record=i, field="options",
+                             expected="an object per option")
         evals = opt.get("evaluations") or []
+        if not isinstance(evals, list):
+            raise InputError(path, f"invalid value {evals!r}", record=f"option {i}",
+                             field="evaluations", expected="a list of {rate_per_s, p_all, p_slo}")
         for j, ev in enumerate(evals):
             if not isinstance(ev, dict) or "rate_per_s" not in ev or "p_all" not in ev:
                 raise InputError(path, f"option {i} evaluation {j} lacks rate_per_s/p_all",
                                  record=i, field="evaluations",
                                  expected="{rate_per_s, p_all, p_slo}")
+            for key in ("rate_per_s", "p_all"):
+                v = ev[key]
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+                    raise InputError(path, f"invalid value {v!r}", record=f"option {i} evaluation {j}",
+                                     field=f"evaluations.{key}", expected="a finite number")
+            for key in ("p_slo", "metrics"):
+                if ev.get(key) is not None and not isinstance(ev[key], dict):
+                    raise InputError(path, f"invalid value {ev[key]!r}",
+                                     record=f"option {i} evaluation {j}", field=f"evaluations.{key}",
+                                     expected="an object (data_specs/plan.md)")
     return plan
 
 

@@ -155,6 +155,32 @@ def test_plan_reader_names_the_problem(tmp_path):
         write_report("unused.nc", tmp_path / "r.html", plan_path=tmp_path / "missing.json")
 
 
+@pytest.mark.parametrize("text, field", [
+    ('{"options": [{"evaluations": 5}]}', "evaluations"),
+    ('{"options": [{"evaluations": [{"rate_per_s": "x", "p_all": 0.5}]}]}', "evaluations.rate_per_s"),
+    ('{"options": [{"evaluations": [{"rate_per_s": 1, "p_all": "y"}]}]}', "evaluations.p_all"),
+    ('{"options": [{"evaluations": [{"rate_per_s": 1, "p_all": 0.5, "p_slo": 3}]}]}',
+     "evaluations.p_slo"),
+    ('{"options": [{"evaluations": [{"rate_per_s": 1, "p_all": 0.5, "metrics": []}]}]}',
+     "evaluations.metrics"),
+])
+def test_plan_reader_names_an_evaluation_of_the_wrong_type(tmp_path, text, field):
+    """A PLAN.json whose evaluations are not a list, or whose rate, probabilities or metrics
+    have the wrong type, names the option and field (they were tracebacks while drawing)."""
+    bad = tmp_path / "plan.json"
+    bad.write_text(text)
+    with pytest.raises(InputError) as exc:
+        read_plan(bad)
+    assert exc.value.field == field and exc.value.record.startswith("option 0")
+
+
+def test_plan_reader_names_the_line_of_truncated_json(tmp_path):
+    bad = tmp_path / "plan.json"
+    bad.write_text('{"options": [')
+    with pytest.raises(InputError, match="line 1.*truncated JSON.*PLAN.json"):
+        read_plan(bad)
+
+
 def _browser():
     """Playwright + Debian Chromium, or a clear failure (skip only if asked to)."""
     if os.environ.get("BAYESBLIS_SKIP_BROWSER") == "1":
