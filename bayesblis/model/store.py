@@ -107,19 +107,22 @@ def save_posterior(model, path) -> Path:
 def load_posterior(path) -> Posterior:
     """Read a posterior written by `save_posterior`; refuse other model versions."""
     path = Path(path)
+    expected = "a POSTERIOR.nc written by `bayesblis fit` or `calibrate`"
     if not path.exists():
-        raise InputError(path, "posterior file not found")
+        raise InputError(path, "posterior file not found", expected=expected)
     try:
         idata = az.from_netcdf(str(path), engine="h5netcdf")
     except Exception as exc:  # h5py/netCDF raise many types for a non-NetCDF file
-        raise InputError(path, f"not a NetCDF posterior file ({type(exc).__name__}: {exc})") from exc
+        raise InputError(path, f"not a NetCDF posterior file ({type(exc).__name__}: {exc})",
+                         expected=expected) from exc
     if "posterior" not in idata.groups():
-        raise InputError(path, "no posterior group", field="posterior")
+        raise InputError(path, "no posterior group", field="posterior", expected=expected)
     idata = without_observation_draws(idata)  # files written before kept mean_s draws
     attrs = idata.posterior.attrs
     version = attrs.get(_ATTR_PREFIX + "model_version")
     if version is None:
-        raise InputError(path, "not written by bayesblis", field=_ATTR_PREFIX + "model_version")
+        raise InputError(path, "not written by bayesblis", field=_ATTR_PREFIX + "model_version",
+                         expected=expected)
     if str(version) != MODEL_VERSION:
         raise ModelVersionError(
             f"{path}: written by model version {version}, this bayesblis reads version "

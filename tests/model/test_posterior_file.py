@@ -4,8 +4,11 @@ stored coefficients and observation table; files written with ``mean_s`` still l
 import arviz as az
 import h5netcdf
 import numpy as np
+import pytest
+import xarray as xr
 
 from bayesblis.constants import DIM_OBS
+from bayesblis.errors import InputError
 from bayesblis.model.store import OBS_GROUP, load_posterior
 from bayesblis.ppc import predictive_draws
 
@@ -71,3 +74,17 @@ def test_a_file_with_mean_s_draws_loads_without_them(tiny_fit, tmp_path):
     assert loaded.data is not None and len(loaded.data.obs) == n_obs
     draws = predictive_draws(loaded, n_draws=20, loo=False)
     assert np.isfinite(draws.y_rep).all()
+
+
+@pytest.mark.parametrize("kind", ["empty", "text", "netcdf without a posterior", "missing"])
+def test_a_file_that_is_no_posterior_says_what_was_expected(tmp_path, kind):
+    path = tmp_path / "posterior.nc"
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "text":
+        path.write_text("model: llama-2-7b\n")
+    elif kind == "netcdf without a posterior":
+        xr.Dataset({"a": ("x", np.arange(3))}).to_netcdf(path, engine="h5netcdf")
+    with pytest.raises(InputError) as exc:
+        load_posterior(path)
+    assert str(path) in str(exc.value) and "written by `bayesblis fit`" in str(exc.value)
