@@ -206,16 +206,23 @@ class Scenario:
         model = exp.get("model") or (prof.get("server") or {}).get("model_name")
         if not model:
             raise InputError(cfg_path, "no model", field="model", expected="a model name")
+        for key in ("load", "data"):
+            if not isinstance(prof.get(key) or {}, dict):
+                raise InputError(prof_path, f"invalid value {prof[key]!r}", field=key,
+                                 expected="a mapping (data_specs/inference-perf.md)")
         load = prof.get("load") or {}
         stages = load.get("stages")
         if not isinstance(stages, list) or not stages:
             raise InputError(prof_path, "no load stages", field="load.stages",
                              expected="a list of {rate, duration}")
         for i, st in enumerate(stages):
-            if not isinstance(st, dict) or not all(isinstance(st.get(k), (int, float))
-                                                   for k in ("rate", "duration")):
-                raise InputError(prof_path, "stage lacks numeric rate/duration",
-                                 record=f"stage {i}", field="load.stages")
+            if not isinstance(st, dict) or not all(
+                    isinstance(st.get(k), (int, float)) and not isinstance(st.get(k), bool)
+                    and math.isfinite(st[k]) for k in ("rate", "duration")) \
+                    or st["rate"] < 0 or st["duration"] <= 0:
+                raise InputError(prof_path, f"invalid stage {st!r}", record=f"stage {i}",
+                                 field="load.stages",
+                                 expected="{rate: finite >= 0 req/s, duration: finite > 0 s}")
         arrival = "poisson_per_second" if load.get("type") == "poisson" else "normalized_exponential"
         mix = profile_request_mix(prof.get("data") or {}, prof_path)
         sp = ((prof.get("data") or {}).get("shared_prefix")) or {}
@@ -282,7 +289,7 @@ def profile_request_mix(data: dict, path) -> dict:
     if kind == "shared_prefix":
         try:
             shared = profile_shared_prefix(data.get("shared_prefix") or {})
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise InputError(path, "shared_prefix data lacks question_len/output_len",
                              field="data.shared_prefix",
                              expected="system_prompt_len, question_len, output_len") from None

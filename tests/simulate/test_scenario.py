@@ -235,6 +235,26 @@ def test_inference_perf_random_data_and_data_it_cannot_generate(tmp_path):
         Scenario.from_inference_perf(tmp_path, "H100-SXM")
 
 
+@pytest.mark.parametrize("change, field", [
+    ({"load": {"type": "constant", "stages": [{"rate": -1, "duration": 100}]}}, "load.stages"),
+    ({"load": {"type": "constant", "stages": [{"rate": 1, "duration": 0}]}}, "load.stages"),
+    ({"load": {"type": "constant", "stages": [{"rate": float("inf"), "duration": 10}]}}, "load.stages"),
+    ({"load": "constant"}, "load"),
+    ({"data": ["shared_prefix"]}, "data"),
+    ({"data": {"type": "shared_prefix", "shared_prefix": [1]}}, "data.shared_prefix"),
+])
+def test_inference_perf_profile_of_the_wrong_shape_names_the_field(tmp_path, change, field):
+    """A profile whose load or data is not a mapping, or whose stage has a negative rate or
+    no duration, names profile.yaml and the field (they were tracebacks)."""
+    (tmp_path / "exp-config.yaml").write_text("model: llama-2-7b\ntensor_parallelism: 1\n")
+    profile = {"data": {"type": "shared_prefix",
+                        "shared_prefix": {"question_len": 100, "output_len": 20}},
+               "load": {"type": "constant", "stages": [{"rate": 1, "duration": 10}]}, **change}
+    (tmp_path / "profile.yaml").write_text(json.dumps(profile))
+    with pytest.raises(InputError) as exc:
+        Scenario.from_inference_perf(tmp_path, "H100-SXM").build_workload()
+    assert exc.value.field == field and str(tmp_path / "profile.yaml") in str(exc.value)
+
 def test_trace_v2_header_without_data_generates_its_blis_workload_spec(tmp_path):
     spec = {"version": "2", "seed": 7, "inference_perf": {
         "stages": [{"rate": 5, "duration": 60}, {"rate": 10, "duration": 30}],
