@@ -223,7 +223,11 @@ class Scenario:
                 raise InputError(prof_path, f"invalid stage {st!r}", record=f"stage {i}",
                                  field="load.stages",
                                  expected="{rate: finite >= 0 req/s, duration: finite > 0 s}")
-        arrival = "poisson_per_second" if load.get("type") == "poisson" else "normalized_exponential"
+        load_type = load.get("type", "constant")
+        if load_type not in LOAD_TYPES:
+            raise InputError(prof_path, f"unknown load type {load_type!r}", field="load.type",
+                             expected=f"one of {list(LOAD_TYPES)} (inference-perf's load types)")
+        arrival = LOAD_TYPES[load_type]
         mix = profile_request_mix(prof.get("data") or {}, prof_path)
         sp = ((prof.get("data") or {}).get("shared_prefix")) or {}
         groups = int(sp.get("num_unique_system_prompts", 1))   # replay's fallback groups
@@ -275,6 +279,14 @@ class Scenario:
 # helpers
 # ---------------------------------------------------------------------------------------
 
+LOAD_TYPES = {"constant": "normalized_exponential", "poisson": "poisson_per_second"}
+"""inference-perf load types (its `LoadType`; `constant` when absent) and the arrival process
+each generates (`simulate.workload`)."""
+
+SHARED_PREFIX_MINIMA = {"num_groups": 1, "prompts_per_group": 1, "system_prompt_len": 0,
+                        "question_len": 1, "output_len": 1}
+"""Smallest value of each `shared_prefix` length or count a profile may give."""
+
 GENERATED_DATA_TYPES = ("shared_prefix", "random", "synthetic")
 """inference-perf data types a profile alone describes (others need their dataset: replay)."""
 
@@ -293,6 +305,11 @@ def profile_request_mix(data: dict, path) -> dict:
             raise InputError(path, "shared_prefix data lacks question_len/output_len",
                              field="data.shared_prefix",
                              expected="system_prompt_len, question_len, output_len") from None
+        for key, low in SHARED_PREFIX_MINIMA.items():
+            if shared[key] < low:
+                name = "num_prompts_per_group" if key == "prompts_per_group" else key
+                raise InputError(path, f"invalid value {shared[key]!r}",
+                                 field=f"data.shared_prefix.{name}", expected=f"an integer >= {low}")
         return {"shared_prefix": shared, "fallback_lengths": tuple(
             shared[k] for k in ("system_prompt_len", "question_len", "output_len"))}
     if kind in ("random", "synthetic"):

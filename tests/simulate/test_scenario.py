@@ -242,6 +242,17 @@ def test_inference_perf_random_data_and_data_it_cannot_generate(tmp_path):
     ({"load": "constant"}, "load"),
     ({"data": ["shared_prefix"]}, "data"),
     ({"data": {"type": "shared_prefix", "shared_prefix": [1]}}, "data.shared_prefix"),
+    ({"load": {"type": "poison", "stages": [{"rate": 1, "duration": 10}]}}, "load.type"),
+    ({"data": {"type": "shared_prefix", "shared_prefix": {"question_len": 100, "output_len": -5}}},
+     "data.shared_prefix.output_len"),
+    ({"data": {"type": "shared_prefix", "shared_prefix": {"question_len": 0, "output_len": 20}}},
+     "data.shared_prefix.question_len"),
+    ({"data": {"type": "shared_prefix", "shared_prefix": {
+        "question_len": 100, "output_len": 20, "system_prompt_len": -1}}},
+     "data.shared_prefix.system_prompt_len"),
+    ({"data": {"type": "shared_prefix", "shared_prefix": {
+        "question_len": 100, "output_len": 20, "num_prompts_per_group": 0}}},
+     "data.shared_prefix.num_prompts_per_group"),
 ])
 def test_inference_perf_profile_of_the_wrong_shape_names_the_field(tmp_path, change, field):
     """A profile whose load or data is not a mapping, or whose stage has a negative rate or
@@ -254,6 +265,19 @@ def test_inference_perf_profile_of_the_wrong_shape_names_the_field(tmp_path, cha
     with pytest.raises(InputError) as exc:
         Scenario.from_inference_perf(tmp_path, "H100-SXM").build_workload()
     assert exc.value.field == field and str(tmp_path / "profile.yaml") in str(exc.value)
+
+
+def test_inference_perf_load_type_sets_the_arrival_process(tmp_path):
+    """`constant` (also when absent) and `poisson` are inference-perf's load types."""
+    (tmp_path / "exp-config.yaml").write_text("model: llama-2-7b\ntensor_parallelism: 1\n")
+    for load_type, arrival in ((None, "normalized_exponential"), ("constant", "normalized_exponential"),
+                               ("poisson", "poisson_per_second")):
+        load = {"stages": [{"rate": 1, "duration": 10}], **({"type": load_type} if load_type else {})}
+        (tmp_path / "profile.yaml").write_text(json.dumps({"data": {
+            "type": "shared_prefix", "shared_prefix": {"question_len": 100, "output_len": 20}},
+            "load": load}))
+        assert Scenario.from_inference_perf(tmp_path, "H100-SXM").workload_spec["arrival"] == arrival
+
 
 def test_trace_v2_header_without_data_generates_its_blis_workload_spec(tmp_path):
     spec = {"version": "2", "seed": 7, "inference_perf": {
