@@ -19,10 +19,14 @@ Scheduler semantics (vLLM V1, `Scheduler.schedule`, FCFS):
    floor(prefix_tokens / block_size) full blocks of its shared prefix, created when a
    request of the group computes past them. A later request of the group starts with
    num_computed_tokens = cached blocks x block_size (capped so >= 1 token is computed).
-   Cached blocks of groups no running request uses are evictable: they count against
-   the free pool and are evicted whole-group, least recently used first, when an
-   allocation needs room. A preempted request's own (non-prefix) blocks are not
-   reused on resume.
+   Cached blocks of groups no running request uses are evictable, last used when their
+   last request finished. Blocks a request held privately (the rest of its prompt, its
+   output) are freed when it finishes or is preempted but, as in vLLM's free-block queue,
+   stay in line: an allocation takes never-used blocks first, then evicts in the order
+   blocks were freed, a request's own blocks before the group prefix it released with
+   them (whole groups, least recently used first, and private blocks by release). So a
+   long output pushes cached prefixes out as vLLM's does. A preempted request's own
+   (non-prefix) blocks are not reused on resume.
 5. CPU offload (when `cpu_offload_blocks` > 0): a group prefix evicted from the GPU is
    stored to CPU (LRU over groups, capacity in blocks); a later request of that group
    whose prefix is on CPU but not on GPU loads it back. Blocks stored plus loaded in a
@@ -204,10 +208,13 @@ def beta_feature_names() -> tuple:
 
 
 @nb.njit(cache=True, inline="always")
-def _release_blocks(kvs, spv, sref, g_ref, g_cached, g_last, group, slot, req, step):
-    """Free a running slot's private KV blocks and drop its prefix-group reference (a group
-    nobody references any more becomes evictable, last used at `step`)."""
+def _release_blocks(kvs, spv, sref, g_ref, g_cached, g_last, group, slot, req, step,
+                    freed_step, freed_n):
+    """Free a running slot's private KV blocks into the freed-block queue (`_free_later`)
+    and drop its prefix-group reference (a group nobody references any more becomes
+    evictable, last used at `step`)."""
     kvs[_PRIV] -= spv[slot]
+    _free_later(kvs, freed_step, freed_n, step, spv[slot])
     if sref[slot]:
         g = group[req]
         g_ref[g] -= 1
@@ -299,8 +306,40 @@ def _cdiv(a, b):
     return (a + b - 1) // b
 
 
-# KV counters shared with the helpers (int64 vector)
+# KV counters shared with the helpers (int64 vector); _FREED: blocks released but not yet
+# reused (vLLM's free-block queue behind the never-used blocks), a ring of (release step,
+# blocks) entries from _FREED_HEAD, _FREED_ENTRIES long
 _PRIV, _CACHED, _EVICTABLE, _CPU_USED, _OFFLOAD, _NKV, _OVERFLOW = 0, 1, 2, 3, 4, 5, 6
+_FREED, _FREED_HEAD, _FREED_ENTRIES = 7, 8, 9
+_N_KVS = 10
+
+
+@nb.njit(cache=True, inline="always")
+def _never_used(kvs, kv_total):
+    """Blocks no request has held yet (allocated before any eviction)."""
+    return kv_total - kvs[_PRIV] - kvs[_CACHED] - kvs[_FREED]
+
+
+@nb.njit(cache=True, inline="always")
+def _allocatable(kvs, kv_total):
+    """Blocks an allocation can have: never used, freed, or an unreferenced group prefix."""
+    return kv_total - kvs[_PRIV] - kvs[_CACHED] + kvs[_EVICTABLE]
+
+
+@nb.njit(cache=True, inline="always")
+def _free_later(kvs, freed_step, freed_n, step, n_blocks):
+    """Queue `n_blocks` released at `step` (a full ring folds them into its newest entry)."""
+    if n_blocks <= 0:
+        return
+    size = freed_step.shape[0]
+    kvs[_FREED] += n_blocks
+    if kvs[_FREED_ENTRIES] == size:
+        freed_n[(kvs[_FREED_HEAD] + size - 1) % size] += n_blocks
+        return
+    tail = (kvs[_FREED_HEAD] + kvs[_FREED_ENTRIES]) % size
+    freed_step[tail] = step
+    freed_n[tail] = n_blocks
+    kvs[_FREED_ENTRIES] += 1
 
 
 @nb.njit(cache=True)
@@ -317,18 +356,36 @@ def _kv_event(rec_kv, kvs, step, kind, g, n_blocks, req):
     kvs[_NKV] += 1
 
 
+@nb.njit(cache=True, inline="always")
+def _lru_group(keep_g, g_cached, g_ref, g_last):
+    """The unreferenced cached group prefix used longest ago (not `keep_g`), or -1."""
+    best = -1
+    for g in range(g_cached.shape[0]):
+        if g_ref[g] == 0 and g_cached[g] > 0 and g != keep_g:
+            if best < 0 or g_last[g] < g_last[best]:
+                best = g
+    return best
+
+
 @nb.njit(cache=True)
 def _make_room(need, keep_g, kv_total, cpu_total, g_cached, g_ref, g_last, g_cpu, g_cpu_last,
-               kvs, step, record, rec_kv):
-    """Evict whole unused group prefixes (LRU) until `need` blocks are free; with CPU
+               kvs, step, record, rec_kv, freed_step, freed_n):
+    """Reuse released blocks and evict unused group prefixes, oldest release first (a
+    group's release: its last use), until `need` never-used blocks are free; with CPU
     offload, an evicted prefix is stored to CPU (LRU over groups on CPU)."""
     ng = g_cached.shape[0]
-    while need > kv_total - kvs[_PRIV] - kvs[_CACHED]:
-        best = -1
-        for g in range(ng):
-            if g_ref[g] == 0 and g_cached[g] > 0 and g != keep_g:
-                if best < 0 or g_last[g] < g_last[best]:
-                    best = g
+    size = freed_step.shape[0]
+    best = _lru_group(keep_g, g_cached, g_ref, g_last)
+    while need > _never_used(kvs, kv_total):
+        head = kvs[_FREED_HEAD]
+        if kvs[_FREED_ENTRIES] > 0 and (best < 0 or freed_step[head] <= g_last[best]):
+            take = min(freed_n[head], need - _never_used(kvs, kv_total))
+            freed_n[head] -= take
+            kvs[_FREED] -= take
+            if freed_n[head] == 0:
+                kvs[_FREED_HEAD] = (head + 1) % size
+                kvs[_FREED_ENTRIES] -= 1
+            continue
         if best < 0:
             break
         nb_ev = g_cached[best]
@@ -358,6 +415,7 @@ def _make_room(need, keep_g, kv_total, cpu_total, g_cached, g_ref, g_last, g_cpu
                 kvs[_OFFLOAD] += add
                 if record:
                     _kv_event(rec_kv, kvs, step, KV_STORE_CPU, best, add, -1)
+        best = _lru_group(keep_g, g_cached, g_ref, g_last)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -422,7 +480,10 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
     g_last = np.zeros(ng, np.int64)
     g_cpu = np.zeros(ng, np.int64)
     g_cpu_last = np.zeros(ng, np.int64)
-    kvs = np.zeros(7, np.int64)
+    kvs = np.zeros(_N_KVS, np.int64)
+    freed_size = max(min(kv_total, 4 * n + 1024), 1)
+    freed_step = np.zeros(freed_size, np.int64)
+    freed_n = np.zeros(freed_size, np.int64)
 
     # waiting queue: ring buffer (each request at most once in it)
     cap = n + 1
@@ -522,7 +583,7 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
                 need = _cdiv(c + new, bs) - held
             if need > 0:
                 stop = False
-                while need > kv_total - kvs[_PRIV] - kvs[_CACHED] + kvs[_EVICTABLE]:
+                while need > _allocatable(kvs, kv_total):
                     # preempt the last running request (recompute)
                     while sdead[r_n - 1]:
                         r_n -= 1
@@ -530,7 +591,8 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
                     v = r_n - 1
                     r_n -= 1
                     rv = sr[v]
-                    _release_blocks(kvs, spv, sref, g_ref, g_cached, g_last, group, v, rv, step)
+                    _release_blocks(kvs, spv, sref, g_ref, g_cached, g_last, group, v, rv, step,
+                                    freed_step, freed_n)
                     nout[rv] = sn[v]
                     npre[rv] += 1
                     n_preempted += 1
@@ -548,9 +610,9 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
                         break
                 if stop:
                     break
-                if need > kv_total - kvs[_PRIV] - kvs[_CACHED]:
+                if need > _never_used(kvs, kv_total):
                     _make_room(need, -1, kv_total, cpu_total, g_cached, g_ref, g_last,
-                               g_cpu, g_cpu_last, kvs, step, record, rec_kv)
+                               g_cpu, g_cpu_last, kvs, step, record, rec_kv, freed_step, freed_n)
                 spv[i] += need
                 kvs[_PRIV] += need
             sk[i] = new
@@ -610,7 +672,7 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
                 if new > budget:
                     new = budget
                 need = _cdiv(start + new, bs) - hit_blocks
-                avail = kv_total - kvs[_PRIV] - kvs[_CACHED] + kvs[_EVICTABLE]
+                avail = _allocatable(kvs, kv_total)
                 if use_group and g_ref[g] == 0:
                     avail -= g_cached[g]     # the prefix we hit cannot be evicted
                 if need > avail:
@@ -629,9 +691,9 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
                     g_last[g] = step
                     sref[j] = True
                     sfb[j] = prefix_tok[r] // bs
-                if need > kv_total - kvs[_PRIV] - kvs[_CACHED]:
+                if need > _never_used(kvs, kv_total):
                     _make_room(need, g, kv_total, cpu_total, g_cached, g_ref, g_last,
-                               g_cpu, g_cpu_last, kvs, step, record, rec_kv)
+                               g_cpu, g_cpu_last, kvs, step, record, rec_kv, freed_step, freed_n)
                 if load > 0:
                     # blocks loaded from CPU join the group's GPU prefix cache
                     g_cached[g] += load
@@ -769,7 +831,8 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
             fin_s[r] = t_end
             fin_step[r] = step
             nout[r] = sn[j]
-            _release_blocks(kvs, spv, sref, g_ref, g_cached, g_last, group, j, r, step)
+            _release_blocks(kvs, spv, sref, g_ref, g_cached, g_last, group, j, r, step,
+                            freed_step, freed_n)
             sdead[j] = True
             n_dead += 1
             done += 1

@@ -110,6 +110,18 @@ def test_prefix_caching_off_has_no_hits(constants):
     assert res.cached_prefix_tokens.sum() == 0
 
 
+@pytest.mark.parametrize("b_prompt, d_hit", [(20, 64), (160, 0)])
+def test_blocks_freed_after_a_prefix_are_reused_after_it(constants, b_prompt, d_hit):
+    """vLLM's free-block queue: a finished request's blocks stay in line behind those freed
+    before them. A (group 0, 4 prefix blocks + 1 own) finishes, then C (10 own blocks) does;
+    B needs 2 or 11 of the 16 blocks, 1 never used: 2 take A's own block, 11 also evict the
+    prefix A released before C's blocks, and D (group 0) misses it."""
+    res = run([0, 1, 2, 3], [65, 150, b_prompt, 65], [2, 2, 2, 2], constants,
+              cfg(kv_blocks_total=16), group=[0, -1, -1, 0], prefix=[64, 0, 0, 64])
+    assert res.cached_prefix_tokens[3] == d_hit
+    assert np.all(res.status == STATUS_OK)
+
+
 def test_max_num_seqs_respected(constants):
     res = run(np.zeros(10), np.full(10, 8), np.full(10, 5), constants, cfg(max_num_seqs=3))
     assert res.steps.step_col("running_depth").max() == 3
