@@ -224,7 +224,7 @@ class Scenario:
                                  field="load.stages",
                                  expected="{rate: finite >= 0 req/s, duration: finite > 0 s}")
         load_type = load.get("type", "constant")
-        if load_type not in LOAD_TYPES:
+        if not isinstance(load_type, str) or load_type not in LOAD_TYPES:
             raise InputError(prof_path, f"unknown load type {load_type!r}", field="load.type",
                              expected=f"one of {list(LOAD_TYPES)} (inference-perf's load types)")
         arrival = LOAD_TYPES[load_type]

@@ -243,6 +243,7 @@ def test_inference_perf_random_data_and_data_it_cannot_generate(tmp_path):
     ({"data": ["shared_prefix"]}, "data"),
     ({"data": {"type": "shared_prefix", "shared_prefix": [1]}}, "data.shared_prefix"),
     ({"load": {"type": "poison", "stages": [{"rate": 1, "duration": 10}]}}, "load.type"),
+    ({"load": {"type": ["constant"], "stages": [{"rate": 1, "duration": 10}]}}, "load.type"),
     ({"data": {"type": "shared_prefix", "shared_prefix": {"question_len": 100, "output_len": -5}}},
      "data.shared_prefix.output_len"),
     ({"data": {"type": "shared_prefix", "shared_prefix": {"question_len": 0, "output_len": 20}}},
