@@ -316,7 +316,8 @@ _N_KVS = 10
 
 @nb.njit(cache=True, inline="always")
 def _never_used(kvs, kv_total):
-    """Blocks no request has held yet (allocated before any eviction)."""
+    """Blocks holding nothing: never used, or taken back from the freed-block queue
+    (`_make_room`); an allocation uses these before it evicts anything."""
     return kv_total - kvs[_PRIV] - kvs[_CACHED] - kvs[_FREED]
 
 
