@@ -221,6 +221,7 @@ def _release_blocks(kvs, spv, sref, g_ref, g_cached, g_last, group, slot, req, s
         if g_ref[g] == 0:
             kvs[_EVICTABLE] += g_cached[g]
             g_last[g] = step
+            kvs[_GROUP_LAST_FLOOR] = min(kvs[_GROUP_LAST_FLOOR], step)
         sref[slot] = False
 
 @nb.njit(cache=True, inline="always")
@@ -311,7 +312,9 @@ def _cdiv(a, b):
 # blocks) entries from _FREED_HEAD, _FREED_ENTRIES long
 _PRIV, _CACHED, _EVICTABLE, _CPU_USED, _OFFLOAD, _NKV, _OVERFLOW = 0, 1, 2, 3, 4, 5, 6
 _FREED, _FREED_HEAD, _FREED_ENTRIES = 7, 8, 9
-_N_KVS = 10
+_GROUP_LAST_FLOOR = 10    # at most the oldest last use of an evictable group prefix
+_N_KVS = 11
+_NO_GROUP = 1 << 62
 
 
 @nb.njit(cache=True, inline="always")
@@ -376,16 +379,20 @@ def _make_room(need, keep_g, kv_total, cpu_total, g_cached, g_ref, g_last, g_cpu
     offload, an evicted prefix is stored to CPU (LRU over groups on CPU)."""
     ng = g_cached.shape[0]
     size = freed_step.shape[0]
-    best = _lru_group(keep_g, g_cached, g_ref, g_last)
+    best = -2                        # the LRU group, found only when a group may be older
     while need > _never_used(kvs, kv_total):
         head = kvs[_FREED_HEAD]
+        if best == -2 and not (kvs[_FREED_ENTRIES] > 0
+                               and freed_step[head] <= kvs[_GROUP_LAST_FLOOR]):
+            best = _lru_group(keep_g, g_cached, g_ref, g_last)
+            kvs[_GROUP_LAST_FLOOR] = g_last[best] if best >= 0 else _NO_GROUP
         if kvs[_FREED_ENTRIES] > 0 and (best < 0 or freed_step[head] <= g_last[best]):
-            take = min(freed_n[head], need - _never_used(kvs, kv_total))
-            freed_n[head] -= take
-            kvs[_FREED] -= take
-            if freed_n[head] == 0:
-                kvs[_FREED_HEAD] = (head + 1) % size
-                kvs[_FREED_ENTRIES] -= 1
+            # the whole entry: its blocks hold nothing a request can hit, so taking them
+            # early changes no eviction and saves calls
+            kvs[_FREED] -= freed_n[head]
+            freed_n[head] = 0
+            kvs[_FREED_HEAD] = (head + 1) % size
+            kvs[_FREED_ENTRIES] -= 1
             continue
         if best < 0:
             break
@@ -416,7 +423,7 @@ def _make_room(need, keep_g, kv_total, cpu_total, g_cached, g_ref, g_last, g_cpu
                 kvs[_OFFLOAD] += add
                 if record:
                     _kv_event(rec_kv, kvs, step, KV_STORE_CPU, best, add, -1)
-        best = _lru_group(keep_g, g_cached, g_ref, g_last)
+        best = -2
 
 
 @nb.njit(cache=True, nogil=True)
@@ -482,6 +489,7 @@ def _simulate(queued_s, order, prompt, output, group, prefix_tok, n_groups,
     g_cpu = np.zeros(ng, np.int64)
     g_cpu_last = np.zeros(ng, np.int64)
     kvs = np.zeros(_N_KVS, np.int64)
+    kvs[_GROUP_LAST_FLOOR] = _NO_GROUP
     freed_size = max(min(kv_total, 4 * n + 1024), 1)
     freed_step = np.zeros(freed_size, np.int64)
     freed_n = np.zeros(freed_size, np.int64)
