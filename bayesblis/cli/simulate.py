@@ -153,6 +153,13 @@ def format_summary(result: dict) -> str:
     for share in shares[:len(blocks)]:
         row += f"{'n/a' if share is None else f'{share:.0%}':>{width}}"
     lines.append(row)
+    hits = [c.get("prefix_cache_hit_share")] + [s.get("prefix_cache_hit_share")
+                                               for s in result["stages"]]
+    if any(h for h in hits):
+        row = f"{'prefix-cache hits':<26}"
+        for h in hits[:len(blocks)]:
+            row += f"{'n/a' if not h or h.get('median') is None else format(h['median'], '.0%'):>{width}}"
+        lines.append(row)
     lines.append(f"requests {c['n_requests']}  dropped {c['n_dropped']}  "
                  f"excluded (errors) {c['n_excluded_errors']}  preemptions (mean) "
                  f"{(c['n_preemptions'] or {}).get('mean') or 0:.0f}  draws {result['metadata']['draws']}")

@@ -224,6 +224,8 @@ def _draw_records(w, cfg, constants, draws: Draws, draw_seeds, first: int = 0,
                    "stages": [request_metrics(run, w.output_tokens, w.arrival_s, m)
                               for m in stage_masks],
                    "lag_growth": _lag_growths(run, w),
+                   "cache_hit": [_cache_hit_share(run, w, m) for m in stage_masks],
+                   "cache_hit_all": _cache_hit_share(run, w, valid),
                    "preempt": int(run.num_preemptions.sum()),
                    "dropped": int((run.status != STATUS_OK).sum()),
                    "steps": run.n_steps,
@@ -238,6 +240,20 @@ def _draw_records(w, cfg, constants, draws: Draws, draw_seeds, first: int = 0,
         if pool is not None:
             pool.shutdown()
     return records
+
+
+def _cache_hit_share(run, w, mask) -> float | None:
+    """Share of the prompt tokens of `mask`'s completed requests the simulated prefix cache
+    served (evictions included); None without such a request."""
+    done = mask & (run.status == STATUS_OK)
+    total = float(w.prompt_tokens[done].sum())
+    return float(run.cached_prefix_tokens[done].sum()) / total if total > 0 else None
+
+
+def _hit_summary(shares, ci_prob: float) -> dict | None:
+    """`summarize` of per-draw cache hit shares (None where a draw completed nothing)."""
+    shares = [v for v in shares if v is not None]
+    return summarize(shares, ci_prob) if shares else None
 
 
 def _draw_chunk(task: dict) -> list[dict]:
@@ -328,6 +344,7 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
         st.update(block(per_draw["stages"][s], load))
         st["saturated_share"] = saturated_share(sat[:, s])
         st["lag_growth"] = summarize(lag[:, s], ci_prob)
+        st["prefix_cache_hit_share"] = _hit_summary([r["cache_hit"][s] for r in records], ci_prob)
         stages.append(st)
     summary = block(per_draw["summary"], max(loads, default=0.0) or None)  # the busiest stage
     extra = {"per_draw_stages": per_draw["stages"]} if keep_draws else {}
@@ -342,6 +359,8 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
                    "n_preemptions": summarize(preempt, ci_prob),
                    "n_steps": summarize(steps, ci_prob),
                    "busy_fraction": summarize(busy, ci_prob),
+                   "prefix_cache_hit_share": _hit_summary([r["cache_hit_all"] for r in records],
+                                                          ci_prob),
                    "saturated_share_any_stage": saturated_share(_any_stage(sat))},
         "metadata": {"scenario": scenario.describe(), "engine": cfg.__dict__,
                      "deployment": _describe(deployment),

@@ -67,6 +67,31 @@ def test_simulate_yaml_with_noise_draws(tmp_path):
     assert res["summary"]["itl_mean_s"]["mean"] > 0
 
 
+@pytest.mark.parametrize("kv_blocks, evicts", [(900, True), (60_000, False)])
+def test_result_reports_the_simulated_prefix_cache_hits(tmp_path, kv_blocks, evicts):
+    """100 prompts of 300 tokens in turn with 400-token answers: a 900-block cache cannot
+    hold them between rounds, and the simulated hit share falls far below the share the
+    workload could be served (evictions ignored); a large cache serves what it could."""
+    sc = {"model": "llama-2-7b", "hardware": "H100-SXM",
+          "vllm": {"max_num_seqs": 32, "max_model_len": 2048, "kv_blocks_total": kv_blocks},
+          "workload": {"stages": [{"rate": 2, "duration": 300}],
+                       "shared_prefix": {"num_groups": 10, "prompts_per_group": 10,
+                                         "system_prompt_len": 0, "question_len": 300,
+                                         "output_len": 400}}}
+    p = tmp_path / "sc.yaml"
+    p.write_text(yaml.safe_dump(sc))
+    coef = tmp_path / "c.json"
+    coef.write_text(json.dumps({"alpha": ALPHA_PRIOR, "beta": BETA_PRIOR}))
+    out = tmp_path / "RESULT.json"
+    r = invoke([p, "--coefficients", coef, "--draws", 2, "--out", out])
+    res = check_result(out, n_stages=1)
+    could = res["workload"][0]["cache_hit_share"]
+    served = res["stages"][0]["prefix_cache_hit_share"]["median"]
+    assert could > 0.75 and "prefix-cache hits" in r.output
+    assert (served < 0.2) if evicts else (served > could - 0.02)
+    assert res["counts"]["prefix_cache_hit_share"]["median"] == pytest.approx(served)
+
+
 def test_blis_style_yaml_coefficients(tmp_path):
     from bayesblis.features.beta import BETA_FEATURES
 
