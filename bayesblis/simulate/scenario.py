@@ -216,13 +216,9 @@ class Scenario:
             raise InputError(prof_path, "no load stages", field="load.stages",
                              expected="a list of {rate, duration}")
         for i, st in enumerate(stages):
-            if not isinstance(st, dict) or not all(
-                    isinstance(st.get(k), (int, float)) and not isinstance(st.get(k), bool)
-                    and math.isfinite(st[k]) for k in ("rate", "duration")) \
-                    or st["rate"] < 0 or st["duration"] <= 0:
+            if not _valid_stage(st):
                 raise InputError(prof_path, f"invalid stage {st!r}", record=f"stage {i}",
-                                 field="load.stages",
-                                 expected="{rate: finite >= 0 req/s, duration: finite > 0 s}")
+                                 field="load.stages", expected=STAGE_EXPECTED)
         load_type = load.get("type", "constant")
         if not isinstance(load_type, str) or load_type not in LOAD_TYPES:
             raise InputError(prof_path, f"unknown load type {load_type!r}", field="load.type",
@@ -278,6 +274,17 @@ class Scenario:
 # ---------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------
+
+STAGE_EXPECTED = "{rate: finite >= 0 req/s, duration: finite > 0 s}"
+
+
+def _valid_stage(st) -> bool:
+    """A load stage: a mapping whose `rate` (>= 0) and `duration` (> 0) are finite numbers."""
+    return isinstance(st, dict) and all(
+        isinstance(st.get(k), (int, float)) and not isinstance(st.get(k), bool)
+        and math.isfinite(st[k]) for k in ("rate", "duration")) \
+        and st["rate"] >= 0 and st["duration"] > 0
+
 
 LOAD_TYPES = {"constant": "normalized_exponential", "poisson": "poisson_per_second"}
 """inference-perf load types (its `LoadType`; `constant` when absent) and the arrival process
@@ -410,14 +417,9 @@ def _check_workload(w, source) -> dict:
         raise InputError(source, "missing or empty", field="workload.stages",
                          expected="a list of {rate, duration}")
     for i, st in enumerate(stages):
-        ok = (isinstance(st, dict) and set(st) <= {"rate", "duration"}
-              and all(isinstance(st.get(k), (int, float)) and not isinstance(st.get(k), bool)
-                      for k in ("rate", "duration"))
-              and math.isfinite(st["rate"]) and math.isfinite(st["duration"])
-              and st["rate"] >= 0 and st["duration"] > 0)
-        if not ok:
-            raise InputError(source, f"invalid stage {st!r}", record=f"stage {i}", field="workload.stages",
-                             expected="{rate: finite >= 0 req/s, duration: finite > 0 s}")
+        if not (_valid_stage(st) and set(st) <= {"rate", "duration"}):
+            raise InputError(source, f"invalid stage {st!r}", record=f"stage {i}",
+                             field="workload.stages", expected=STAGE_EXPECTED)
     arrival = w.get("arrival", "constant")
     if arrival not in ARRIVALS:
         raise InputError(source, f"invalid value {arrival!r}", field="workload.arrival",
