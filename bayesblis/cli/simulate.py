@@ -155,7 +155,7 @@ def format_summary(result: dict) -> str:
     lines.append(row)
     hits = [c.get("prefix_cache_hit_share")] + [s.get("prefix_cache_hit_share")
                                                for s in result["stages"]]
-    if any(h for h in hits):
+    if any(hits):
         row = f"{'prefix-cache hits':<26}"
         for h in hits[:len(blocks)]:
             row += f"{'n/a' if not h or h.get('median') is None else format(h['median'], '.0%'):>{width}}"
