@@ -27,7 +27,8 @@ runs' hardware) so the fitted coefficients keep their meaning:
   H100's at the same shapes (A100 about 0.9, L40S about 1.1, H100 1); measured and
   reported, not applied (`PRICE_COMPUTE_ACROSS_GPUS`);
 - `compute_factor`: the dense GEMMs' FLOP rate at `PREFILL_TOKENS` and the deployment's
-  dtype relative to the H100 reference; measured and reported, not applied (`PRICE_COMPUTE`).
+  dtype relative to the H100 reference; applied to FP8 deployments
+  (`PRICE_LOW_PRECISION_COMPUTE`), measured and reported for the others (`PRICE_COMPUTE`).
 
 Without tables for the GPU (and dtype) a factor is None: the deployment keeps the
 datasheet (for weights, the operator-profile factor of `catalog.weight_streaming`).
@@ -61,12 +62,19 @@ GEMM_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 """Compute dtype -> the GEMM table that prices it (fp16 runs the bf16 kernels' shapes)."""
 TABLE_BYTES = {"bf16": 2.0, "fp8": 1.0}
 PRICE_COMPUTE = False
-"""Whether deployments carry `compute_factor` (their dense GEMMs' measured FLOP rate). Off:
+"""Whether every deployment carries `compute_factor` (its dense GEMMs' measured FLOP rate;
+FP8 deployments do anyway, `PRICE_LOW_PRECISION_COMPUTE`). Off:
 measured on the new-model check (docs/kernel-db.md), it priced Llama-4-Scout's FP8 GEMMs at
 2.6x the reference's FLOP time and moved its E2E from 2% to 8% too slow (median, seed 1);
 applied to bf16 and fp16 only (model version 8 features), E2E and ITL held out stayed
 within 0.1 point and TTFT held out by model went from 1.33 / 1.33% to 1.40 / 2.35% (seeds
 1 / 2; benchmarks/results/experiments/model-v8-*-compute-bf16-*)."""
+PRICE_LOW_PRECISION_COMPUTE = True
+"""Whether FP8 deployments carry `compute_factor` when `PRICE_COMPUTE` is off: their dense
+GEMMs' measured FLOP time at the FP8 datasheet peak relative to H100 bf16 (vLLM's FP8 GEMMs
+reach 0.24-0.46 of the FP8 peak: Llama-4-Scout TP2 2.28, Llama-3.1-8B TP1 2.17). On, with
+a roofline per kernel group, Llama-4-Scout's long-prompt TTFT on the new-model check went
+from -40% to -28% and no other run moved (docs/kernel-db.md); no traced run is FP8."""
 PRICE_COMPUTE_ACROSS_GPUS = False
 """Whether deployments carry `gpu_compute_factor` as their compute factor (when
 `PRICE_COMPUTE` is off): their dense GEMMs' measured bf16 FLOP time on their GPU over H100's

@@ -8,7 +8,9 @@ per (KV token, layer): x 1e-9, coefficient in ns).
 Compute is priced on a roofline: a step's GEMMs overlap its weight and KV streaming, so
 the compute features are the FLOP time *beyond* the memory time (`roofline_excess`),
 ``max(0, C - ROOFLINE_MFU x M)`` with C the FLOPs over peak FLOP/s and M the weight and
-KV bytes over peak bandwidth, split between prefill and decode by their FLOPs. A decode
+KV bytes over peak bandwidth, split between prefill and decode by their FLOPs (an MoE
+model's fused-MoE kernels on a roofline of their own: routed FLOPs beyond the experts'
+bytes, the dense kernels' beyond the rest). A decode
 step of a few dozen requests is then priced by its bytes alone, a long prefill chunk by
 its FLOPs, and every coefficient keeps a physical floor: with all of them >= 1 a step
 takes at least max(C, M), its datasheet roofline. Formulas and priors:
@@ -81,15 +83,23 @@ it charged the ~500-token prefill chunks of the shared runs 3 ms more per step t
 TTFTs show, docs/accuracy.md.)"""
 
 
-def roofline_excess(features: np.ndarray) -> np.ndarray:
+def roofline_excess(features: np.ndarray, routed_compute_s=0.0, routed_memory_s=0.0) -> np.ndarray:
     """Turn the raw FLOP-time columns of `features` [n, len(BETA_FEATURES)] (in place,
-    also returned) into their excess over the memory time: the step's compute
-    C = prefill + decode FLOPs / peak becomes ``max(0, C - ROOFLINE_MFU x M)`` (M =
-    weight + KV bytes / peak bandwidth), shared by prefill and decode as their FLOPs."""
+    also returned) into their excess over the memory time, one roofline per kernel group:
+    the dense kernels' compute C - Cr against their memory M - Mr, and an MoE model's
+    fused-MoE kernels' Cr (routed experts' FLOPs, `routed_compute_s`) against Mr (the
+    experts they read, `routed_memory_s`), so the step's compute
+    C = prefill + decode FLOPs / peak becomes ``max(0, C - Cr - ROOFLINE_MFU x (M - Mr))
+    + max(0, Cr - ROOFLINE_MFU x Mr)`` (M = weight + KV bytes / peak bandwidth), shared by
+    prefill and decode as their FLOPs. The kernels run one after the other, so one
+    group's FLOPs cannot hide under another's bytes. Dense models: Cr = Mr = 0."""
     p, d = COMPUTE_INDICES
     compute = features[:, p] + features[:, d]
     memory = features[:, MEMORY_INDICES[0]] + features[:, MEMORY_INDICES[1]]
-    excess = np.maximum(compute - ROOFLINE_MFU * memory, 0.0)
+    routed_c = np.broadcast_to(np.asarray(routed_compute_s, dtype=float), compute.shape)
+    routed_m = np.broadcast_to(np.asarray(routed_memory_s, dtype=float), compute.shape)
+    excess = (np.maximum(compute - routed_c - ROOFLINE_MFU * (memory - routed_m), 0.0)
+              + np.maximum(routed_c - ROOFLINE_MFU * routed_m, 0.0))
     share = np.divide(excess, compute, out=np.zeros_like(compute), where=compute > 0)
     features[:, p] *= share
     features[:, d] *= share
@@ -109,6 +119,7 @@ class FeatureMap:
     moe_coeff_s: float           # seconds per distinct expert (all MoE layers, per GPU)
     n_experts: int
     experts_per_tok: int
+    routed_compute_s_per_token: float = 0.0  # routed experts' FLOP time per token
     allreduce_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))  # increasing
     allreduce_step_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # at those tokens
 
@@ -138,11 +149,13 @@ class FeatureMap:
         agg = np.asarray(aggregates, dtype=float)
         out = agg @ self.weights + self.bias
         tokens = agg[:, _A["prefill_tokens"]] + agg[:, _A["num_decode_reqs"]]
-        if self.n_experts:
-            out[:, WEIGHT_TRAFFIC_INDEX] += self.moe_term_s(tokens)
+        routed_memory_s = self.moe_term_s(tokens)
+        out[:, WEIGHT_TRAFFIC_INDEX] += routed_memory_s
         if len(self.allreduce_tokens):
             out[:, TP_COMM_INDEX] += self.allreduce_term_s(tokens)
-        return roofline_excess(out) if roofline else out
+        if not roofline:
+            return out
+        return roofline_excess(out, self.routed_compute_s_per_token * tokens, routed_memory_s)
 
 
 ALLREDUCES_PER_LAYER = 2
@@ -251,6 +264,7 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
     return FeatureMap(weights=W, bias=b, moe_coeff_s=moe_coeff,
                       n_experts=m.n_experts if m.is_moe else 0,
                       experts_per_tok=m.n_experts_per_tok if m.is_moe else 0,
+                      routed_compute_s_per_token=routed / compute,
                       allreduce_tokens=allreduce_tokens, allreduce_step_s=allreduce_step_s)
 
 

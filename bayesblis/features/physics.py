@@ -52,7 +52,10 @@ class Deployment:
     experts' streaming time in vLLM's measured fused-MoE kernel (the table's nearest shape
     at this GPU, dtype and expert split) on the same scale (1 for dense models and where
     kernel-db lacks the point).
-    `compute_factor`: 1, unless `catalog.kernel_prices.PRICE_COMPUTE_ACROSS_GPUS`: then the
+    `compute_factor`: for FP8 deployments (`catalog.kernel_prices.PRICE_LOW_PRECISION_COMPUTE`)
+    their dense GEMMs' measured time at the FP8 peak relative to H100 bf16 (where
+    kernel-db has the GPU's FP8 GEMMs); else 1, unless
+    `catalog.kernel_prices.PRICE_COMPUTE_ACROSS_GPUS`: then the
     dense GEMMs' measured bf16 time at prefill sizes on this GPU over H100's at the same
     shapes (`kernel_prices.gpu_compute_factor`: 1 on H100 and where kernel-db lacks the
     GPU); or `PRICE_COMPUTE`: their measured time at the dtype's datasheet peak relative to
@@ -139,7 +142,9 @@ class Deployment:
         stream = kernel_prices.factor(model, gpu, tp, compute)
         if stream is None:
             stream = weight_streaming.factor(gpu.name, model.name, tp, weight_bytes)
-        gemm_compute = (kernel_prices.compute_factor(model, gpu, tp, compute) if kernel_prices.PRICE_COMPUTE
+        low_precision = compute in LOW_PRECISION and kernel_prices.PRICE_LOW_PRECISION_COMPUTE
+        gemm_compute = (kernel_prices.compute_factor(model, gpu, tp, compute)
+                        if kernel_prices.PRICE_COMPUTE or low_precision
                         else kernel_prices.gpu_compute_factor(model, gpu, tp)
                         if kernel_prices.PRICE_COMPUTE_ACROSS_GPUS else None)
         moe_stream = (kernel_prices.moe_factor(model, gpu, tp, ep, compute)

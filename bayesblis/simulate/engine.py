@@ -171,11 +171,12 @@ class EngineRun:
 
 # Constants layout: [n_features, n_aggregates, weight_traffic_index, moe_coeff_s,
 # n_experts, experts_per_tok, prefill_compute_index, decode_compute_index,
-# kv_traffic_index, roofline_mfu, tp_comm_index, W (n_agg x n_feat, row-major),
+# kv_traffic_index, roofline_mfu, tp_comm_index, routed_compute_s_per_token,
+# W (n_agg x n_feat, row-major),
 # bias (n_feat), n_curve, curve tokens (n_curve), curve seconds (n_curve)]
 # -- the affine `features.beta.FeatureMap`, its MoE expert-traffic term, its measured
 # all-reduce curve and its roofline.
-_HEADER = 11
+_HEADER = 12
 
 
 def deployment_constants(deployment) -> np.ndarray:
@@ -193,7 +194,8 @@ def deployment_constants(deployment) -> np.ndarray:
     w = np.asarray(fm.weights, float)
     n_agg, n_feat = w.shape
     head = [n_feat, n_agg, WEIGHT_TRAFFIC_INDEX, fm.moe_coeff_s, fm.n_experts, fm.experts_per_tok,
-            COMPUTE_INDICES[0], COMPUTE_INDICES[1], MEMORY_INDICES[1], ROOFLINE_MFU, TP_COMM_INDEX]
+            COMPUTE_INDICES[0], COMPUTE_INDICES[1], MEMORY_INDICES[1], ROOFLINE_MFU, TP_COMM_INDEX,
+            fm.routed_compute_s_per_token]
     curve = [np.asarray([len(fm.allreduce_tokens)], float), np.asarray(fm.allreduce_tokens, float),
              np.asarray(fm.allreduce_step_s, float)]
     return np.concatenate([np.asarray(head, float), w.ravel(), np.asarray(fm.bias, float), *curve])
@@ -243,9 +245,11 @@ def _features(c, p_tok, p_ctx, p_pairs, n_p, n_d, d_ctx, offload, out):
                   + n_d * c[w0 + 4 * n_feat + f] + d_ctx * c[w0 + 5 * n_feat + f]
                   + offload * c[w0 + 6 * n_feat + f])
     n_exp = c[4]
+    routed_m = 0.0
     if n_exp > 0:
         miss = 1.0 - c[5] / n_exp
-        out[int(c[2])] += c[3] * n_exp * (1.0 - miss ** (p_tok + n_d))
+        routed_m = c[3] * n_exp * (1.0 - miss ** (p_tok + n_d))
+        out[int(c[2])] += routed_m
     # measured all-reduces of the step (= FeatureMap.allreduce_term_s: np.interp)
     k0 = b0 + n_feat
     n_curve = int(c[k0])
@@ -264,13 +268,17 @@ def _features(c, p_tok, p_ctx, p_pairs, n_p, n_d, d_ctx, offload, out):
             x0, x1 = c[t0 + j - 1], c[t0 + j]
             ar = c[s0 + j - 1] + (c[s0 + j] - c[s0 + j - 1]) * (tokens - x0) / (x1 - x0)
         out[int(c[10])] += ar
-    # roofline: the compute columns keep only their excess over the memory time
+    # roofline per kernel group: the compute columns keep only the dense kernels' FLOP
+    # time beyond their memory time plus the fused-MoE kernels' beyond the experts' bytes
     # (= features.beta.roofline_excess)
     ip, idc = int(c[6]), int(c[7])
     compute = out[ip] + out[idc]
     if compute > 0.0:
-        excess = compute - c[9] * (out[int(c[2])] + out[int(c[8])])
-        share = excess / compute if excess > 0.0 else 0.0
+        routed_c = c[11] * (p_tok + n_d)
+        dense = compute - routed_c - c[9] * (out[int(c[2])] + out[int(c[8])] - routed_m)
+        routed = routed_c - c[9] * routed_m
+        excess = (dense if dense > 0.0 else 0.0) + (routed if routed > 0.0 else 0.0)
+        share = excess / compute
         out[ip] *= share
         out[idc] *= share
 

@@ -9,7 +9,7 @@
 // their context and attention pairs, prefill and decode requests, decode context) go
 // through the per-deployment affine feature map the coefficient file holds (weights,
 // bias, the MoE expert-traffic term, the measured all-reduce curve), the compute features keep only their excess over
-// the memory time (the roofline), and the step time is features . beta, times
+// the memory time (one roofline for the dense kernels, one for an MoE model's fused-MoE kernels), and the step time is features . beta, times
 // max(0.05, 1 + sigma * StudentT(nu)) when the file asks for per-step noise. No model
 // physics lives here: `bayesblis coefficients ... --format bayesblis-go` writes every
 // constant.
@@ -74,6 +74,7 @@ type bayesblisFile struct {
 	MoECoeffS       float64     `json:"moe_coeff_s"`
 	NExperts        float64     `json:"n_experts"`
 	ExpertsPerTok   float64     `json:"experts_per_tok"`
+	RoutedComputeS  float64     `json:"routed_compute_s_per_token"` // routed experts' FLOP time per token (their own roofline)
 	WeightIndex     int         `json:"weight_traffic_index"`
 	TPCommIndex     int         `json:"tp_comm_index"`
 	ARTokens        []float64   `json:"allreduce_tokens"` // measured all-reduce curve: step tokens (increasing)
@@ -163,8 +164,8 @@ func (f *bayesblisFile) validate() error {
 	if f.Format != BayesblisFormat {
 		return fmt.Errorf("format %q, expected %q", f.Format, BayesblisFormat)
 	}
-	if f.FormatVersion != 2 {
-		return fmt.Errorf("format_version %d, expected 2", f.FormatVersion)
+	if f.FormatVersion != 3 {
+		return fmt.Errorf("format_version %d, expected 3", f.FormatVersion)
 	}
 	if len(f.Aggregates) != len(bayesblisAggregates) {
 		return fmt.Errorf("aggregates %v, expected %v", f.Aggregates, bayesblisAggregates)
@@ -204,7 +205,7 @@ func (f *bayesblisFile) validate() error {
 		return fmt.Errorf("block_size %d, expected >= 1", f.BlockSize)
 	}
 	all := append(append(append([]float64{}, f.Beta...), f.AlphaUs...), f.Bias...)
-	for _, v := range append(append(all, f.ARStepS...), f.NoiseSigma, f.MoECoeffS) {
+	for _, v := range append(append(all, f.ARStepS...), f.NoiseSigma, f.MoECoeffS, f.RoutedComputeS) {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			return fmt.Errorf("coefficient %v is not a finite non-negative number", v)
 		}
@@ -225,9 +226,11 @@ func (m *BayesblisModel) StepSeconds(agg []float64) float64 {
 		}
 		m.feat[j] = v
 	}
+	routedMem := 0.0 // the routed experts' bytes the step reads (s)
 	if f.NExperts > 0 {
 		miss := 1.0 - f.ExpertsPerTok/f.NExperts
-		m.feat[f.WeightIndex] += f.MoECoeffS * f.NExperts * (1.0 - math.Pow(miss, agg[0]+agg[4]))
+		routedMem = f.MoECoeffS * f.NExperts * (1.0 - math.Pow(miss, agg[0]+agg[4]))
+		m.feat[f.WeightIndex] += routedMem
 	}
 	if n := len(f.ARTokens); n > 0 { // measured all-reduces, linear between the points (numpy interp)
 		t := agg[0] + agg[4]
@@ -242,14 +245,16 @@ func (m *BayesblisModel) StepSeconds(agg []float64) float64 {
 			m.feat[f.TPCommIndex] += f.ARStepS[j-1] + (f.ARStepS[j]-f.ARStepS[j-1])*(t-x0)/(x1-x0)
 		}
 	}
+	// one roofline per kernel group: the dense kernels' FLOPs beyond their bytes, plus the
+	// fused-MoE kernels' routed FLOPs beyond the experts' bytes
 	ip, id := f.ComputeIndices[0], f.ComputeIndices[1]
 	compute := m.feat[ip] + m.feat[id]
 	if compute > 0 {
-		excess := compute - f.RooflineMFU*(m.feat[f.MemoryIndices[0]]+m.feat[f.MemoryIndices[1]])
-		share := 0.0
-		if excess > 0 {
-			share = excess / compute
-		}
+		routed := f.RoutedComputeS * (agg[0] + agg[4])
+		memory := m.feat[f.MemoryIndices[0]] + m.feat[f.MemoryIndices[1]]
+		excess := math.Max(compute-routed-f.RooflineMFU*(memory-routedMem), 0) +
+			math.Max(routed-f.RooflineMFU*routedMem, 0)
+		share := excess / compute
 		m.feat[ip] *= share
 		m.feat[id] *= share
 	}

@@ -199,7 +199,10 @@ def test_deployments_carry_the_factors(truth_catalog, monkeypatch):
     monkeypatch.setattr(kernel_prices, "PRICE_COMPUTE_ACROSS_GPUS", True)
     d = Deployment("llama-2-70b", "A100", tp=4)
     assert d.feature_factors["prefill_compute_s"] == d.compute_factor == pytest.approx(1.6, rel=1e-3)
-    assert Deployment("llama-2-70b", "H100", tp=2, dtype="fp8").compute_factor == 1.0  # FP8's own: datasheet
+    # FP8 GEMMs at their measured FP8 rate whatever the across-GPU switch (0.8 / 0.4 of peak)
+    assert Deployment("llama-2-70b", "H100", tp=2, dtype="fp8").compute_factor == pytest.approx(2.0, rel=1e-3)
+    monkeypatch.setattr(kernel_prices, "PRICE_LOW_PRECISION_COMPUTE", False)
+    assert Deployment("llama-2-70b", "H100", tp=2, dtype="fp8").compute_factor == 1.0  # datasheet
     monkeypatch.setattr(kernel_prices, "PRICE_COMPUTE", True)   # and the dtype's
     d = Deployment("llama-2-70b", "A100", tp=4)
     assert d.feature_factors["prefill_compute_s"] == d.compute_factor == pytest.approx(1.6, rel=1e-3)

@@ -171,6 +171,32 @@ def test_mixtral_tp2_distinct_expert_weights():
     assert f["decode_compute_s"] == pytest.approx(expected, rel=1e-9)
 
 
+def test_moe_step_has_one_roofline_per_kernel_group():
+    # Mixtral TP2, a 512-token prefill chunk: the routed experts' FLOPs hide under the
+    # experts' bytes, the dense GEMMs' do not hide under them (other kernels, run after)
+    d = Deployment("mixtral-8x7b", "H100", tp=2)
+    step = dict(prefill_tokens=512, prefill_context_tokens=0, prefill_attention_pairs=131_328,
+                num_prefill_reqs=1, num_decode_reqs=0, decode_context_tokens=0)
+    raw = raw_features(d, step)
+    compute = raw["prefill_compute_s"] + raw["decode_compute_s"]
+    memory = raw["weight_traffic_s"] + raw["kv_traffic_s"]
+    # routed: 512 tokens x 2 experts x 32 layers x 2 FLOP/param x 176,160,768 params =
+    # 23,089,744,183,296 FLOP over 2 x 989.4 TFLOP/s -> 11.67 ms; 512 tokens touch all 8
+    # experts (1 - 0.75^512 = 1): 32 x 8 x 352,321,536 B over 2 x 3.35 TB/s -> 13.46 ms
+    routed_c = 512 * 2 * 32 * 2 * 176_160_768 / (2 * P_H100)
+    routed_m = 32 * 8 * 352_321_536 / (2 * BW_H100)
+    assert routed_c < routed_m
+    assert compute < memory  # one roofline over the whole step would price no compute
+    dense_excess = (compute - routed_c) - (memory - routed_m)
+    assert dense_excess > 0
+    roof = as_dict(beta_features(d, **step)[0])
+    assert roof["prefill_compute_s"] == pytest.approx(dense_excess, rel=1e-9)
+    assert roof["decode_compute_s"] == 0.0
+    # a dense model has one group: the same features as before the split
+    dense = Deployment("llama-2-7b", "H100")
+    assert feature_weights(dense).routed_compute_s_per_token == 0.0
+
+
 def test_mixtral_ep_comm():
     d = Deployment("mixtral-8x7b", "H100", tp=2, ep=2)
     f = as_dict(beta_features(d, prefill_tokens=100, prefill_context_tokens=0,
