@@ -5,10 +5,11 @@ BLIS's own trained-physics YAML.
 --latency-model bayesblis --bayesblis-coeffs FILE`) holds one deployment's whole step and
 request model, so the Go side needs no physics of its own: the affine map from a step's
 batch aggregates to the step features (`features.beta.FeatureMap`: weights, bias, the MoE
-expert-traffic term and the routed experts' FLOP time per token), where the rooflines bend, one draw of beta (BETA_FEATURES order)
-and alpha (µs, ALPHA_FEATURES order), the per-step noise (sigma, nu, seed), the KV block
-size (prefix-cache hits are priced as cached context) and whether the engine schedules
-asynchronously. Layout: data_specs/blis-coefficients.md.
+expert-traffic term and the routed experts' FLOP time per token), where the rooflines
+bend, one draw of beta (BETA_FEATURES order) and alpha (µs, ALPHA_FEATURES order), the
+per-step noise (sigma, nu, seed), the KV block size (prefix-cache hits are priced as
+cached context) and whether the engine schedules asynchronously. Layout:
+data_specs/blis-coefficients.md.
 """
 
 from __future__ import annotations

@@ -10,11 +10,10 @@ the compute features are the FLOP time *beyond* the memory time (`roofline_exces
 ``max(0, C - ROOFLINE_MFU x M)`` with C the FLOPs over peak FLOP/s and M the weight and
 KV bytes over peak bandwidth, split between prefill and decode by their FLOPs (an MoE
 model's fused-MoE kernels on a roofline of their own: routed FLOPs beyond the experts'
-bytes, the dense kernels' beyond the rest). A decode
-step of a few dozen requests is then priced by its bytes alone, a long prefill chunk by
-its FLOPs, and every coefficient keeps a physical floor: with all of them >= 1 a step
-takes at least max(C, M), its datasheet roofline. Formulas and priors:
-data_specs/features.md.
+bytes, the dense kernels' beyond the rest). A decode step of a few dozen requests is then
+priced by its bytes alone, a long prefill chunk by its FLOPs, and every coefficient keeps
+a physical floor: with all of them >= 1 a step takes at least max(C, M), its datasheet
+roofline. Formulas and priors: data_specs/features.md.
 
 All features are affine in the aggregates but `weight_traffic_s` of an MoE model and
 the two compute features (the roofline); `FeatureMap` exposes that structure (matrix +
