@@ -5,8 +5,8 @@ BLIS's own trained-physics YAML.
 --latency-model bayesblis --bayesblis-coeffs FILE`) holds one deployment's whole step and
 request model, so the Go side needs no physics of its own: the affine map from a step's
 batch aggregates to the step features (`features.beta.FeatureMap`: weights, bias, the MoE
-expert-traffic term and the routed experts' FLOP time per token), where the rooflines
-bend, one draw of beta (BETA_FEATURES order) and alpha (µs, ALPHA_FEATURES order), the
+expert-traffic term, the routed experts' FLOP time per token and attention's per
+aggregate), where the rooflines bend, one draw of beta (BETA_FEATURES order) and alpha (µs, ALPHA_FEATURES order), the
 per-step noise (sigma, nu, seed), the KV block size (prefix-cache hits are priced as
 cached context) and whether the engine schedules asynchronously. Layout:
 data_specs/blis-coefficients.md.
@@ -59,6 +59,7 @@ def go_record(deployment, beta, alpha_us, *, noise_sigma: float = 0.0, noise_nu:
         "moe_coeff_s": float(fm.moe_coeff_s), "n_experts": int(fm.n_experts),
         "experts_per_tok": int(fm.experts_per_tok),
         "routed_compute_s_per_token": float(fm.routed_compute_s_per_token),
+        "attention_compute_s": np.asarray(fm.attention_compute, float).tolist(),
         "weight_traffic_index": int(WEIGHT_TRAFFIC_INDEX), "tp_comm_index": int(TP_COMM_INDEX),
         "allreduce_tokens": np.asarray(fm.allreduce_tokens, float).tolist(),
         "allreduce_step_s": np.asarray(fm.allreduce_step_s, float).tolist(),
@@ -224,6 +225,7 @@ def step_seconds(record: dict, aggregates) -> np.ndarray:
                     float(record["moe_coeff_s"]), int(record["n_experts"]),
                     int(record["experts_per_tok"]),
                     routed_compute_s_per_token=float(record["routed_compute_s_per_token"]),
+                    attention_compute=np.asarray(record["attention_compute_s"], float),
                     allreduce_tokens=np.asarray(record["allreduce_tokens"], float),
                     allreduce_step_s=np.asarray(record["allreduce_step_s"], float))
     return fm.apply(np.atleast_2d(np.asarray(aggregates, float))) @ np.asarray(record["beta"], float)

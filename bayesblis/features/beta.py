@@ -8,9 +8,9 @@ per (KV token, layer): x 1e-9, coefficient in ns).
 Compute is priced on a roofline: a step's GEMMs overlap its weight and KV streaming, so
 the compute features are the FLOP time *beyond* the memory time (`roofline_excess`),
 ``max(0, C - ROOFLINE_MFU x M)`` with C the FLOPs over peak FLOP/s and M the weight and
-KV bytes over peak bandwidth, split between prefill and decode by their FLOPs (an MoE
-model's fused-MoE kernels on a roofline of their own: routed FLOPs beyond the experts'
-bytes, the dense kernels' beyond the rest). A decode step of a few dozen requests is then
+KV bytes over peak bandwidth, split between prefill and decode by their FLOPs; each
+kernel group on a roofline of its own (dense GEMMs against the weights, attention
+against the KV bytes, an MoE model's routed experts against their bytes). A decode step of a few dozen requests is then
 priced by its bytes alone, a long prefill chunk by its FLOPs, and every coefficient keeps
 a physical floor: with all of them >= 1 a step takes at least max(C, M), its datasheet
 roofline. Formulas and priors: data_specs/features.md.
@@ -82,23 +82,29 @@ it charged the ~500-token prefill chunks of the shared runs 3 ms more per step t
 TTFTs show, docs/accuracy.md.)"""
 
 
-def roofline_excess(features: np.ndarray, routed_compute_s=0.0, routed_memory_s=0.0) -> np.ndarray:
+def roofline_excess(features: np.ndarray, routed_compute_s=0.0, routed_memory_s=0.0,
+                    attention_compute_s=0.0) -> np.ndarray:
     """Turn the raw FLOP-time columns of `features` [n, len(BETA_FEATURES)] (in place,
-    also returned) into their excess over the memory time, one roofline per kernel group:
-    the dense kernels' compute C - Cr against their memory M - Mr, and an MoE model's
-    fused-MoE kernels' Cr (routed experts' FLOPs, `routed_compute_s`) against Mr (the
-    experts they read, `routed_memory_s`), so the step's compute
-    C = prefill + decode FLOPs / peak becomes ``max(0, C - Cr - ROOFLINE_MFU x (M - Mr))
-    + max(0, Cr - ROOFLINE_MFU x Mr)`` (M = weight + KV bytes / peak bandwidth), shared by
-    prefill and decode as their FLOPs. The kernels run one after the other, so one
-    group's FLOPs cannot hide under another's bytes. Dense models: Cr = Mr = 0."""
+    also returned) into their excess over the memory time, one roofline per kernel group,
+    since a step's kernels run one after the other and one group's FLOPs cannot hide
+    under another's bytes:
+
+    - attention: its FLOPs Ca (`attention_compute_s`) against the KV bytes (`kv_traffic_s`);
+    - an MoE model's fused-MoE kernels: the routed experts' FLOPs Cr (`routed_compute_s`)
+      against the experts they read, Mr (`routed_memory_s`, part of `weight_traffic_s`);
+    - the dense GEMMs: the rest of the FLOPs against the rest of the weight bytes.
+
+    With C = prefill + decode FLOPs / peak and ROOFLINE_MFU = m the excess is
+    ``max(0, C - Ca - Cr - m (W - Mr)) + max(0, Cr - m Mr) + max(0, Ca - m KV)``
+    (W = `weight_traffic_s`), shared by prefill and decode as their FLOPs."""
     p, d = COMPUTE_INDICES
     compute = features[:, p] + features[:, d]
-    memory = features[:, MEMORY_INDICES[0]] + features[:, MEMORY_INDICES[1]]
-    routed_c = np.broadcast_to(np.asarray(routed_compute_s, dtype=float), compute.shape)
-    routed_m = np.broadcast_to(np.asarray(routed_memory_s, dtype=float), compute.shape)
-    excess = (np.maximum(compute - routed_c - ROOFLINE_MFU * (memory - routed_m), 0.0)
-              + np.maximum(routed_c - ROOFLINE_MFU * routed_m, 0.0))
+    weights, kv = features[:, MEMORY_INDICES[0]], features[:, MEMORY_INDICES[1]]
+    routed_c, routed_m, attention_c = (np.broadcast_to(np.asarray(x, dtype=float), compute.shape)
+                                       for x in (routed_compute_s, routed_memory_s, attention_compute_s))
+    excess = (np.maximum(compute - attention_c - routed_c - ROOFLINE_MFU * (weights - routed_m), 0.0)
+              + np.maximum(routed_c - ROOFLINE_MFU * routed_m, 0.0)
+              + np.maximum(attention_c - ROOFLINE_MFU * kv, 0.0))
     share = np.divide(excess, compute, out=np.zeros_like(compute), where=compute > 0)
     features[:, p] *= share
     features[:, d] *= share
@@ -108,7 +114,8 @@ def roofline_excess(features: np.ndarray, routed_compute_s=0.0, routed_memory_s=
 @dataclass(frozen=True)
 class FeatureMap:
     """features = roofline_excess(A @ weights + bias + moe_term(T) e_weight_traffic
-    + allreduce_term(T) e_tp_comm), where A is [n_steps, len(AGGREGATES)], T =
+    + allreduce_term(T) e_tp_comm, routed_compute_s_per_token T, moe_term(T),
+    A @ attention_compute), where A is [n_steps, len(AGGREGATES)], T =
     prefill_tokens + num_decode_reqs, moe_term(T) = moe_coeff_s x n_experts x (1 - (1 -
     top_k/n_experts)^T) and allreduce_term(T) the step's all-reduces at T tokens,
     interpolated linearly on (allreduce_tokens, allreduce_step_s) (empty: none)."""
@@ -119,6 +126,8 @@ class FeatureMap:
     n_experts: int
     experts_per_tok: int
     routed_compute_s_per_token: float = 0.0  # routed experts' FLOP time per token
+    attention_compute: np.ndarray = field(default_factory=lambda: np.zeros(len(AGGREGATES)))
+    # [len(AGGREGATES)]: attention's FLOP time per unit of each aggregate (in the compute columns)
     allreduce_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))  # increasing
     allreduce_step_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # at those tokens
 
@@ -154,7 +163,8 @@ class FeatureMap:
             out[:, TP_COMM_INDEX] += self.allreduce_term_s(tokens)
         if not roofline:
             return out
-        return roofline_excess(out, self.routed_compute_s_per_token * tokens, routed_memory_s)
+        return roofline_excess(out, self.routed_compute_s_per_token * tokens, routed_memory_s,
+                               agg @ self.attention_compute)
 
 
 ALLREDUCES_PER_LAYER = 2
@@ -215,12 +225,15 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
     routed = 2.0 * m.n_moe_layers * m.n_experts_per_tok * m.expert_params
     linear = (d.compute_factor * (m.linear_flops_per_token - routed) + routed) / compute
     lm_head = d.compute_factor * m.lm_head_flops_per_token / compute
+    attention_compute = np.zeros(len(AGGREGATES))
+    attention_compute[a["prefill_attention_pairs"]] = m.attention_flops_per_pair / attention
+    attention_compute[a["decode_context_tokens"]] = m.decode_attention_flops_per_pair / attention
     W[a["prefill_tokens"], f["prefill_compute_s"]] = linear
-    W[a["prefill_attention_pairs"], f["prefill_compute_s"]] = m.attention_flops_per_pair / attention
+    W[a["prefill_attention_pairs"], f["prefill_compute_s"]] = attention_compute[a["prefill_attention_pairs"]]
     W[a["num_prefill_reqs"], f["prefill_compute_s"]] = lm_head
 
     W[a["num_decode_reqs"], f["decode_compute_s"]] = linear + lm_head
-    W[a["decode_context_tokens"], f["decode_compute_s"]] = m.decode_attention_flops_per_pair / attention
+    W[a["decode_context_tokens"], f["decode_compute_s"]] = attention_compute[a["decode_context_tokens"]]
 
     b[f["weight_traffic_s"]] = _weight_time_s(d, d.streamed_weight_bytes)
     # routed experts run in fused-MoE kernels, priced by their own measured factor
@@ -258,12 +271,12 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
     b[f["step_overhead_s"]] = US
     W.setflags(write=False)
     b.setflags(write=False)
-    for arr in (allreduce_tokens, allreduce_step_s):
+    for arr in (allreduce_tokens, allreduce_step_s, attention_compute):
         arr.setflags(write=False)
     return FeatureMap(weights=W, bias=b, moe_coeff_s=moe_coeff,
                       n_experts=m.n_experts if m.is_moe else 0,
                       experts_per_tok=m.n_experts_per_tok if m.is_moe else 0,
-                      routed_compute_s_per_token=routed / compute,
+                      routed_compute_s_per_token=routed / compute, attention_compute=attention_compute,
                       allreduce_tokens=allreduce_tokens, allreduce_step_s=allreduce_step_s)
 
 

@@ -173,9 +173,10 @@ class EngineRun:
 # n_experts, experts_per_tok, prefill_compute_index, decode_compute_index,
 # kv_traffic_index, roofline_mfu, tp_comm_index, routed_compute_s_per_token,
 # W (n_agg x n_feat, row-major),
-# bias (n_feat), n_curve, curve tokens (n_curve), curve seconds (n_curve)]
+# bias (n_feat), attention FLOP time per aggregate (n_agg), n_curve, curve tokens
+# (n_curve), curve seconds (n_curve)]
 # -- the affine `features.beta.FeatureMap`, its MoE expert-traffic term, its measured
-# all-reduce curve and its roofline.
+# all-reduce curve and its rooflines.
 _HEADER = 12
 
 
@@ -198,7 +199,8 @@ def deployment_constants(deployment) -> np.ndarray:
             fm.routed_compute_s_per_token]
     curve = [np.asarray([len(fm.allreduce_tokens)], float), np.asarray(fm.allreduce_tokens, float),
              np.asarray(fm.allreduce_step_s, float)]
-    return np.concatenate([np.asarray(head, float), w.ravel(), np.asarray(fm.bias, float), *curve])
+    return np.concatenate([np.asarray(head, float), w.ravel(), np.asarray(fm.bias, float),
+                           np.asarray(fm.attention_compute, float), *curve])
 
 
 def beta_feature_names() -> tuple:
@@ -251,7 +253,8 @@ def _features(c, p_tok, p_ctx, p_pairs, n_p, n_d, d_ctx, offload, out):
         routed_m = c[3] * n_exp * (1.0 - miss ** (p_tok + n_d))
         out[int(c[2])] += routed_m
     # measured all-reduces of the step (= FeatureMap.allreduce_term_s: np.interp)
-    k0 = b0 + n_feat
+    a0 = b0 + n_feat
+    k0 = a0 + n_agg
     n_curve = int(c[k0])
     if n_curve > 0:
         tokens = p_tok + n_d
@@ -268,16 +271,20 @@ def _features(c, p_tok, p_ctx, p_pairs, n_p, n_d, d_ctx, offload, out):
             x0, x1 = c[t0 + j - 1], c[t0 + j]
             ar = c[s0 + j - 1] + (c[s0 + j] - c[s0 + j - 1]) * (tokens - x0) / (x1 - x0)
         out[int(c[10])] += ar
-    # roofline per kernel group: the compute columns keep only the dense kernels' FLOP
-    # time beyond their memory time plus the fused-MoE kernels' beyond the experts' bytes
-    # (= features.beta.roofline_excess)
+    # a roofline per kernel group: the compute columns keep only the dense GEMMs' FLOP
+    # time beyond their weights', the fused-MoE kernels' beyond the experts' bytes and
+    # attention's beyond the KV bytes (= features.beta.roofline_excess)
     ip, idc = int(c[6]), int(c[7])
     compute = out[ip] + out[idc]
     if compute > 0.0:
         routed_c = c[11] * (p_tok + n_d)
-        dense = compute - routed_c - c[9] * (out[int(c[2])] + out[int(c[8])] - routed_m)
+        attention_c = (p_tok * c[a0] + p_ctx * c[a0 + 1] + p_pairs * c[a0 + 2] + n_p * c[a0 + 3]
+                       + n_d * c[a0 + 4] + d_ctx * c[a0 + 5] + offload * c[a0 + 6])
+        dense = compute - attention_c - routed_c - c[9] * (out[int(c[2])] - routed_m)
         routed = routed_c - c[9] * routed_m
-        excess = (dense if dense > 0.0 else 0.0) + (routed if routed > 0.0 else 0.0)
+        attention = attention_c - c[9] * out[int(c[8])]
+        excess = ((dense if dense > 0.0 else 0.0) + (routed if routed > 0.0 else 0.0)
+                  + (attention if attention > 0.0 else 0.0))
         share = excess / compute
         out[ip] *= share
         out[idc] *= share

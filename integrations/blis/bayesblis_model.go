@@ -9,7 +9,7 @@
 // their context and attention pairs, prefill and decode requests, decode context) go
 // through the per-deployment affine feature map the coefficient file holds (weights,
 // bias, the MoE expert-traffic term, the measured all-reduce curve), the compute features keep only their excess over
-// the memory time (one roofline for the dense kernels, one for an MoE model's fused-MoE kernels), and the step time is features . beta, times
+// the memory time (one roofline per kernel group: dense GEMMs, an MoE model's fused-MoE kernels, attention), and the step time is features . beta, times
 // max(0.05, 1 + sigma * StudentT(nu)) when the file asks for per-step noise. No model
 // physics lives here: `bayesblis coefficients ... --format bayesblis-go` writes every
 // constant.
@@ -75,6 +75,7 @@ type bayesblisFile struct {
 	NExperts        float64     `json:"n_experts"`
 	ExpertsPerTok   float64     `json:"experts_per_tok"`
 	RoutedComputeS  float64     `json:"routed_compute_s_per_token"` // routed experts' FLOP time per token (their own roofline)
+	AttentionComp   []float64   `json:"attention_compute_s"`        // [aggregate]: attention's FLOP time per unit (its own roofline)
 	WeightIndex     int         `json:"weight_traffic_index"`
 	TPCommIndex     int         `json:"tp_comm_index"`
 	ARTokens        []float64   `json:"allreduce_tokens"` // measured all-reduce curve: step tokens (increasing)
@@ -188,6 +189,9 @@ func (f *bayesblisFile) validate() error {
 	if len(f.AlphaUs) != 4 {
 		return fmt.Errorf("alpha_us has %d entries, expected 4 (%v)", len(f.AlphaUs), f.AlphaFeatures)
 	}
+	if len(f.AttentionComp) != len(f.Aggregates) {
+		return fmt.Errorf("attention_compute_s has %d entries, expected %d", len(f.AttentionComp), len(f.Aggregates))
+	}
 	if len(f.ARTokens) != len(f.ARStepS) {
 		return fmt.Errorf("allreduce_tokens has %d entries, allreduce_step_s %d", len(f.ARTokens), len(f.ARStepS))
 	}
@@ -205,7 +209,7 @@ func (f *bayesblisFile) validate() error {
 		return fmt.Errorf("block_size %d, expected >= 1", f.BlockSize)
 	}
 	all := append(append(append([]float64{}, f.Beta...), f.AlphaUs...), f.Bias...)
-	for _, v := range append(append(all, f.ARStepS...), f.NoiseSigma, f.MoECoeffS, f.RoutedComputeS) {
+	for _, v := range append(append(append(all, f.ARStepS...), f.AttentionComp...), f.NoiseSigma, f.MoECoeffS, f.RoutedComputeS) {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			return fmt.Errorf("coefficient %v is not a finite non-negative number", v)
 		}
@@ -245,15 +249,20 @@ func (m *BayesblisModel) StepSeconds(agg []float64) float64 {
 			m.feat[f.TPCommIndex] += f.ARStepS[j-1] + (f.ARStepS[j]-f.ARStepS[j-1])*(t-x0)/(x1-x0)
 		}
 	}
-	// one roofline per kernel group: the dense kernels' FLOPs beyond their bytes, plus the
-	// fused-MoE kernels' routed FLOPs beyond the experts' bytes
+	// one roofline per kernel group: the dense GEMMs' FLOPs beyond their weights, the
+	// fused-MoE kernels' routed FLOPs beyond the experts' bytes, attention's beyond the KV
 	ip, id := f.ComputeIndices[0], f.ComputeIndices[1]
 	compute := m.feat[ip] + m.feat[id]
 	if compute > 0 {
 		routed := f.RoutedComputeS * (agg[0] + agg[4])
-		memory := m.feat[f.MemoryIndices[0]] + m.feat[f.MemoryIndices[1]]
-		excess := math.Max(compute-routed-f.RooflineMFU*(memory-routedMem), 0) +
-			math.Max(routed-f.RooflineMFU*routedMem, 0)
+		attention := 0.0
+		for a := 0; a < m.nAgg; a++ {
+			attention += agg[a] * f.AttentionComp[a]
+		}
+		weights, kv := m.feat[f.MemoryIndices[0]], m.feat[f.MemoryIndices[1]]
+		excess := math.Max(compute-attention-routed-f.RooflineMFU*(weights-routedMem), 0) +
+			math.Max(routed-f.RooflineMFU*routedMem, 0) +
+			math.Max(attention-f.RooflineMFU*kv, 0)
 		share := excess / compute
 		m.feat[ip] *= share
 		m.feat[id] *= share

@@ -67,26 +67,21 @@ def test_llama2_7b_tp1_h100():
     assert f["layer_overhead_s"] == pytest.approx(32e-6)
     assert f["request_overhead_s"] == pytest.approx(33e-6)
     assert f["step_overhead_s"] == pytest.approx(1e-6)
-    # roofline: compute about 7 ms against memory about 9 ms: the step is memory bound,
-    # its FLOPs hide under the streaming and the compute features are 0
-    compute = (gemm_prefill + gemm_decode) / P_H100
-    memory = (13_476_831_232 * STREAM_7B_TP1 + 524_288 * 32_544) / BW_H100
-    assert compute < memory
+    # rooflines per kernel group. GEMMs: (12,952,010,752 x 544 + 262,144,000 x 33) FLOP
+    # x the kernel-priced rate, about 7 ms at peak, against 3.94 ms of weights: about 3 ms
+    # beyond. Attention: 524,288 x (131,328 + 32,000) = 85,631,369,216 FLOP, 0.087 ms, under
+    # its 5.09 ms of KV. One roofline over the step (7 ms against 9 ms) priced nothing.
+    gemm = (gemm_prefill + gemm_decode - attn * (131_328 + 32_000)) / P_H100
+    weights = 13_214_687_232 * STREAM_7B_TP1 / BW_H100
+    kv = 524_288 * 32_544 / BW_H100
+    attention = attn * (131_328 + 32_000) / P_H100
+    assert attention < kv and gemm > weights and gemm + attention < weights + kv
     roof = as_dict(beta_features(dep, **STEP)[0])
-    assert roof["prefill_compute_s"] == roof["decode_compute_s"] == 0.0
-    # twice the prefill tokens: about 14 ms of FLOPs, past the memory time; the excess is split
-    # between prefill and decode by their FLOPs
-    double = dict(STEP, prefill_tokens=2 * STEP["prefill_tokens"])
-    raw = as_dict(feature_weights(dep).apply(np.atleast_2d(
-        [double.get(k, 0) for k in AGGREGATES]).astype(float), roofline=False)[0])
-    c2 = raw["prefill_compute_s"] + raw["decode_compute_s"]
-    m2 = raw["weight_traffic_s"] + raw["kv_traffic_s"]  # the KV write grows with the chunk
-    assert c2 > m2
-    roof2 = as_dict(beta_features(dep, **double)[0])
-    assert roof2["prefill_compute_s"] == pytest.approx(
-        (c2 - m2) * raw["prefill_compute_s"] / c2, rel=1e-9)
-    assert roof2["decode_compute_s"] == pytest.approx(
-        (c2 - m2) * raw["decode_compute_s"] / c2, rel=1e-9)
+    excess = gemm - weights
+    assert roof["prefill_compute_s"] + roof["decode_compute_s"] == pytest.approx(excess, rel=1e-9)
+    # the excess is split between prefill and decode by their FLOPs
+    assert roof["prefill_compute_s"] == pytest.approx(
+        excess * f["prefill_compute_s"] / (f["prefill_compute_s"] + f["decode_compute_s"]), rel=1e-9)
     assert {k: v for k, v in roof.items() if "compute" not in k} == \
         {k: v for k, v in f.items() if "compute" not in k}
 
@@ -173,7 +168,8 @@ def test_mixtral_tp2_distinct_expert_weights():
 
 def test_moe_step_has_one_roofline_per_kernel_group():
     # Mixtral TP2, a 512-token prefill chunk: the routed experts' FLOPs hide under the
-    # experts' bytes, the dense GEMMs' do not hide under them (other kernels, run after)
+    # experts' bytes, the dense GEMMs' do not hide under them (other kernels, run after),
+    # attention's hide under the KV it writes
     d = Deployment("mixtral-8x7b", "H100", tp=2)
     step = dict(prefill_tokens=512, prefill_context_tokens=0, prefill_attention_pairs=131_328,
                 num_prefill_reqs=1, num_decode_reqs=0, decode_context_tokens=0)
@@ -187,10 +183,17 @@ def test_moe_step_has_one_roofline_per_kernel_group():
     routed_m = 32 * 8 * 352_321_536 / (2 * BW_H100)
     assert routed_c < routed_m
     assert compute < memory  # one roofline over the whole step would price no compute
-    dense_excess = (compute - routed_c) - (memory - routed_m)
+    # attention: 4 x 32 layers x 32 heads x 128 FLOP x 131,328 pairs over 2 x 989.4
+    # TFLOP/s = 0.035 ms, past the chunk's KV write (512 tokens x 32 layers x 4 KV heads
+    # per GPU x 128 x 2 x 2 B = 33.5 MB at 3.35 TB/s, 0.010 ms): 0.025 ms beyond
+    attention_c = 4 * 32 * 32 * 128 * 131_328 / (2 * P_H100)
+    assert attention_c == pytest.approx(
+        131_328 * feature_weights(d).attention_compute[AGGREGATES.index("prefill_attention_pairs")], rel=1e-9)
+    dense_excess = (compute - attention_c - routed_c) - (raw["weight_traffic_s"] - routed_m)
     assert dense_excess > 0
     roof = as_dict(beta_features(d, **step)[0])
-    assert roof["prefill_compute_s"] == pytest.approx(dense_excess, rel=1e-9)
+    attention_excess = max(0.0, attention_c - raw["kv_traffic_s"])
+    assert roof["prefill_compute_s"] == pytest.approx(dense_excess + attention_excess, rel=1e-9)
     assert roof["decode_compute_s"] == 0.0
     # a dense model has one group: the same features as before the split
     dense = Deployment("llama-2-7b", "H100")

@@ -57,12 +57,15 @@ def test_unit_coefficients_never_beat_the_roofline(d, agg):
     priced = sum(f[F[k]] for k in (*COMPUTE, "weight_traffic_s", "kv_traffic_s"))
     assert priced >= roofline_s(d, **agg)[0] * (1 - 1e-12)
     compute, memory = raw[F[COMPUTE[0]]] + raw[F[COMPUTE[1]]], raw[F["weight_traffic_s"]] + raw[F["kv_traffic_s"]]
-    # one roofline per kernel group: the routed experts' FLOPs against their bytes, the
-    # dense kernels' against the rest (a dense model: one group, the step's roofline)
+    # one roofline per kernel group: attention's FLOPs against the KV bytes, the routed
+    # experts' against their bytes, the dense GEMMs' against the rest of the weights
     fm = feature_weights(d)
     tokens = agg["prefill_tokens"] + agg["num_decode_reqs"]
     routed_c, routed_m = fm.routed_compute_s_per_token * tokens, float(fm.moe_term_s(tokens))
-    excess = (max(0.0, compute - routed_c - (memory - routed_m)) + max(0.0, routed_c - routed_m))
+    attention_c = sum(agg.get(name, 0) * fm.attention_compute[i] for i, name in enumerate(AGGREGATES))
+    weights, kv = raw[F["weight_traffic_s"]], raw[F["kv_traffic_s"]]
+    excess = (max(0.0, compute - attention_c - routed_c - (weights - routed_m))
+              + max(0.0, routed_c - routed_m) + max(0.0, attention_c - kv))
     assert f[F[COMPUTE[0]]] + f[F[COMPUTE[1]]] == pytest.approx(excess, rel=1e-9, abs=1e-15)
     assert excess >= max(0.0, compute - memory) * (1 - 1e-12)
     if not d.model.is_moe:

