@@ -117,10 +117,11 @@ def _ms(v):
                    "prompts at four rising rates).")
 @click.option("--method", type=click.Choice(["nuts", "advi"]), default="nuts", show_default=True,
               help="Fit method: NUTS (nutpie) or ADVI.")
-@click.option("--draws", type=click.IntRange(min=10), default=2000, show_default=True,
+@click.option("--draws", type=click.IntRange(min=10), default=1000, show_default=True,
               help="Posterior draws per chain before the first diagnostics check (tuning steps: "
                    "as many). At 300 the fit failed its diagnostics (docs/sampler.md, model "
-                   "version 7).")
+                   "version 7); model version 11 passed at 1,500 (2,000 from the start: 2 min "
+                   "more).")
 @click.option("--max-draws", type=click.IntRange(min=10), default=FIT_DEFAULTS["max_draws"],
               show_default=True,
               help="Sample on, a quarter of --draws at a time, until the diagnostics pass, at "
