@@ -9,11 +9,11 @@ Compute is priced on a roofline: a step's GEMMs overlap its weight and KV stream
 the compute features are the FLOP time *beyond* the memory time (`roofline_excess`),
 ``max(0, C - ROOFLINE_MFU x M)`` with C the FLOPs over peak FLOP/s and M the weight and
 KV bytes over peak bandwidth, split between prefill and decode by their FLOPs; each
-kernel group on a roofline of its own (dense GEMMs against the weights, attention
-against the KV bytes, an MoE model's routed experts against their bytes). A decode step of a few dozen requests is then
-priced by its bytes alone, a long prefill chunk by its FLOPs, and every coefficient keeps
-a physical floor: with all of them >= 1 a step takes at least max(C, M), its datasheet
-roofline. Formulas and priors: data_specs/features.md.
+kernel group is on a roofline of its own (dense GEMMs against the weights, attention
+against the KV bytes, an MoE model's routed experts against their bytes). A decode step
+of a few dozen requests is then priced by its bytes alone, a long prefill chunk by its
+FLOPs, and every coefficient keeps a physical floor: with all of them >= 1 a step takes
+at least max(C, M), its datasheet roofline. Formulas and priors: data_specs/features.md.
 
 All features are affine in the aggregates but `weight_traffic_s` of an MoE model and
 the two compute features (the roofline); `FeatureMap` exposes that structure (matrix +
