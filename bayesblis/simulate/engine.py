@@ -233,6 +233,14 @@ def n_beta_features(constants):
     return int(constants[0])
 
 
+@nb.njit(cache=True, inline="always")
+def _aggregate_dot(c, start, stride, p_tok, p_ctx, p_pairs, n_p, n_d, d_ctx, offload):
+    """The step's aggregates (AGGREGATES order) dotted with c[start], c[start + stride], ..."""
+    return (p_tok * c[start] + p_ctx * c[start + stride] + p_pairs * c[start + 2 * stride]
+            + n_p * c[start + 3 * stride] + n_d * c[start + 4 * stride]
+            + d_ctx * c[start + 5 * stride] + offload * c[start + 6 * stride])
+
+
 @nb.njit(cache=True)
 def _features(c, p_tok, p_ctx, p_pairs, n_p, n_d, d_ctx, offload, out):
     """Beta features (s) of one step from its aggregates into `out`
@@ -242,10 +250,8 @@ def _features(c, p_tok, p_ctx, p_pairs, n_p, n_d, d_ctx, offload, out):
     w0 = _HEADER
     b0 = _HEADER + n_agg * n_feat
     for f in range(n_feat):
-        out[f] = (c[b0 + f] + p_tok * c[w0 + f] + p_ctx * c[w0 + n_feat + f]
-                  + p_pairs * c[w0 + 2 * n_feat + f] + n_p * c[w0 + 3 * n_feat + f]
-                  + n_d * c[w0 + 4 * n_feat + f] + d_ctx * c[w0 + 5 * n_feat + f]
-                  + offload * c[w0 + 6 * n_feat + f])
+        out[f] = c[b0 + f] + _aggregate_dot(c, w0 + f, n_feat, p_tok, p_ctx, p_pairs, n_p, n_d,
+                                            d_ctx, offload)
     n_exp = c[4]
     routed_m = 0.0
     if n_exp > 0:
@@ -278,8 +284,7 @@ def _features(c, p_tok, p_ctx, p_pairs, n_p, n_d, d_ctx, offload, out):
     compute = out[ip] + out[idc]
     if compute > 0.0:
         routed_c = c[11] * (p_tok + n_d)
-        attention_c = (p_tok * c[a0] + p_ctx * c[a0 + 1] + p_pairs * c[a0 + 2] + n_p * c[a0 + 3]
-                       + n_d * c[a0 + 4] + d_ctx * c[a0 + 5] + offload * c[a0 + 6])
+        attention_c = _aggregate_dot(c, a0, 1, p_tok, p_ctx, p_pairs, n_p, n_d, d_ctx, offload)
         dense = compute - attention_c - routed_c - c[9] * (out[int(c[2])] - routed_m)
         routed = routed_c - c[9] * routed_m
         attention = attention_c - c[9] * out[int(c[8])]
