@@ -143,7 +143,7 @@ def _ms(v):
               help="nutpie backend (jax compiles in seconds, numba in about a minute).")
 @click.option("--laplace", type=click.Choice(list(LAPLACE_CHOICES)), default="on",
               show_default=True, hidden=True,
-              help="Precondition NUTS at the posterior mode (JAX backend).")
+              help="Precondition NUTS at the posterior mode.")
 @click.option("--quiet", "--no-progress", "quiet", is_flag=True,
               help="No progress displays (also off when stderr is not a terminal, and in CI).")
 def command(out, fleet_name, method, draws, max_draws, seed, max_obs_per_config, tune, chains, sim_draws,
@@ -202,7 +202,7 @@ def command(out, fleet_name, method, draws, max_draws, seed, max_obs_per_config,
                "target_accept": FIT_DEFAULTS["target_accept"],
                **({"max_draws": max_draws, "extend_draws": max(draws // 4, 1)}
                   if method == "nuts" and max_draws > draws else {}),
-               "laplace": LAPLACE_CHOICES[laplace] if nuts_backend == "jax" else False}
+               "laplace": LAPLACE_CHOICES[laplace]}
     if method == "advi":
         sampler["advi_iterations"] = 15000
     model = LatencyModel(sampler_config=sampler)

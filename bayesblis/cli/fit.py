@@ -61,8 +61,9 @@ SUMMARY_DEFAULTS = {"draws": 2000, "tune": 1000, "target_accept": 0.95}
                    "faster on large tables; see docs/large-traces.md).")
 @click.option("--laplace", type=click.Choice(list(LAPLACE_CHOICES)), default="auto",
               show_default=True,
-              help="Precondition NUTS at the posterior mode (JAX backend; same posterior, "
-                   "shorter trees and tuning on large tables). auto: from 20,000 observations.")
+              help="Precondition NUTS at the posterior mode (either backend; same posterior, "
+                   "shorter trees and tuning on large tables). auto: JAX from 20,000 "
+                   "observations.")
 @click.option("--target-accept", default=None, type=PROBABILITY,
               help="NUTS target acceptance [default: 0.98]; raising it (e.g. 0.99) takes "
                    "smaller steps, slower, and does not always remove divergences "

@@ -96,8 +96,8 @@ recomputes them); ``nuts_backend``: how nutpie evaluates the
 log density, "numba" (compiled once, reused by weighted refits) or "jax" (the data frozen
 into an XLA program: compiles in seconds instead of minutes and has the faster gradient on
 large tables, see benchmarks/fit_speed.py; a weighted refit compiles again); ``laplace``:
-precondition NUTS at the posterior mode (`bayesblis.model.laplace`; JAX backend only):
-"auto" from `laplace.AUTO_MIN_ROWS` rows, True always (an error with numba), False never;
+precondition NUTS at the posterior mode (`bayesblis.model.laplace`; either backend):
+"auto" on JAX from `laplace.AUTO_MIN_ROWS` rows, True always, False never;
 ``importance_draws``: method 'summary' weighs the chains thinned evenly to at most this
 many draws by the exact likelihood (its cost: draws x rows) and keeps that many;
 ``max_draws`` (nutpie NUTS): above ``draws``, sample on past ``draws`` until the
@@ -533,12 +533,8 @@ class LatencyModel:
         setting = cfg.get("laplace", "auto")
         if setting not in ("auto", True, False):
             raise BayesBlisError(f"laplace must be 'auto', True or False, not {setting!r}")
-        possible = cfg["nuts_backend"] == "jax"
-        if setting is True and not possible:
-            raise BayesBlisError("laplace=True needs nuts_backend='jax' (nutpie's numba model "
-                                 "does not expose its log density to Python)")
-        if setting == "auto":
-            return possible and len(self.data.obs) >= AUTO_MIN_ROWS
+        if setting == "auto":  # measured on JAX (benchmarks/fit_speed.py); numba when asked
+            return cfg["nuts_backend"] == "jax" and len(self.data.obs) >= AUTO_MIN_ROWS
         return setting
 
     def _precondition(self, compiled, cfg, progressbar):
@@ -547,20 +543,20 @@ class LatencyModel:
 
         import nutpie
 
-        from bayesblis.model.laplace import (can_precondition, find_laplace, logp_grad_of,
-                                             precondition)
+        from bayesblis.model.laplace import (can_precondition, find_laplace, initial_point_of,
+                                             logp_grad_of, precondition)
 
         if not can_precondition(compiled):
-            message = (f"nutpie {nutpie.__version__} does not expose its JAX model's log "
-                       "density as bayesblis expects")
+            message = (f"nutpie {nutpie.__version__} does not expose its compiled model's "
+                       "log density as bayesblis expects")
             if cfg["laplace"] is True:
                 raise BayesBlisError(message + ": fit with laplace=False")
             warnings.warn(message + "; sampling without Laplace preconditioning", stacklevel=3)
             return compiled
         if progressbar:
             print(f"Laplace preconditioning: posterior mode and curvature of "
-                  f"{compiled._n_dim} parameters ...", file=sys.stderr, flush=True)
-        laplace = find_laplace(logp_grad_of(compiled), compiled._make_initial_points(cfg["seed"]))
+                  f"{compiled.n_dim} parameters ...", file=sys.stderr, flush=True)
+        laplace = find_laplace(logp_grad_of(compiled), initial_point_of(compiled, cfg["seed"]))
         self._laplace_info = laplace.summary()
         if progressbar:
             print(f"  {laplace.n_evals} gradients, {laplace.wall_s:.1f} s", file=sys.stderr,

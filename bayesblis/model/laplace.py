@@ -18,12 +18,15 @@ The mode search runs in two stages: a short L-BFGS in the original coordinates, 
 Hessian there and L-BFGS again in the whitened coordinates of that Hessian (L-BFGS alone
 crawls along the ridge: about 1,300 gradients at 200k rows against a few hundred).
 
-Only nutpie's JAX backend exposes its log density to Python (``PyFuncModel``): with numba,
-``laplace="auto"`` samples unpreconditioned and ``laplace=True`` is an error. Whether the
-mode search converged is recorded (``fit_info["laplace"]``); a poor approximation costs
-speed, never correctness. A hierarchical posterior on
-little data can have its mode at a collapsed group scale (tau -> 0), where a Laplace
-approximation is meaningless: ``laplace="auto"`` uses it from `AUTO_MIN_ROWS` rows.
+Both nutpie backends are wrapped. JAX's log density is a Python function (``PyFuncModel``):
+the map is applied around it in Python. Numba's is a C callback (``CompiledPyMCModel``):
+the mode search calls it through ctypes, and the whitened model gets new numba C callbacks
+that apply the map and call the original, so sampling stays in compiled code (a Python
+callback would hold the GIL and serialise the chains). Whether the mode search converged
+is recorded (``fit_info["laplace"]``); a poor approximation costs speed, never
+correctness. A hierarchical posterior on little data can have its mode at a collapsed group
+scale (tau -> 0), where a Laplace approximation is meaningless: ``laplace="auto"`` uses it
+from `AUTO_MIN_ROWS` rows.
 """
 
 from __future__ import annotations
@@ -38,7 +41,11 @@ CHOICES = {"auto": "auto", "on": True, "off": False}
 """``--laplace`` choices (CLI, benchmarks) and the ``laplace`` sampler setting each stands for."""
 
 AUTO_MIN_ROWS = 20_000
-"""``laplace="auto"`` preconditions tables with at least this many rows (JAX backend)."""
+"""``laplace="auto"`` preconditions JAX fits of tables with at least this many rows (numba
+fits only when asked). Neither made numba fits clearly shorter: the quick tour's 8,000
+windows tuned in a quarter of the gradients but mixed worse; a synthetic fleet's 40,000
+steps sampled 500 draws in 89 s against 99 s, with r_hat 1.017 against 1.010
+(docs/sampler.md)."""
 
 PILOT_EVALS = 200
 """Gradient evaluations of the first L-BFGS stage, in the original coordinates."""
@@ -126,24 +133,65 @@ def find_laplace(logp_grad, x0: np.ndarray, max_evals: int = 5000) -> Laplace:
 
 
 def can_precondition(compiled) -> bool:
-    """True for nutpie's JAX-backend models (a Python log density we can wrap)."""
-    if not dataclasses.is_dataclass(compiled):
-        return False
-    names = {f.name for f in dataclasses.fields(compiled)}
+    """True for the nutpie models this module wraps: JAX (a Python log density) and numba
+    (C callbacks)."""
+    return _is_jax_model(compiled) or _is_numba_model(compiled)
+
+
+def _field_names(compiled) -> set:
+    return {f.name for f in dataclasses.fields(compiled)} if dataclasses.is_dataclass(compiled) \
+        else set()
+
+
+def _is_jax_model(compiled) -> bool:
     return {"_make_logp_func", "_make_expand_func", "_make_initial_points",
-            "_shared_data"} <= names
+            "_shared_data"} <= _field_names(compiled)
+
+
+def _is_numba_model(compiled) -> bool:
+    return {"compiled_logp_func", "compiled_expand_func", "initial_point_func", "user_data",
+            "n_expanded"} <= _field_names(compiled)
+
+
+def initial_point_of(compiled, seed: int) -> np.ndarray:
+    """nutpie's own (jittered) starting point of a chain, unconstrained coordinates."""
+    if _is_numba_model(compiled):
+        return np.asarray(compiled.initial_point_func(seed), dtype=float)
+    return np.asarray(compiled._make_initial_points(seed), dtype=float)
 
 
 def logp_grad_of(compiled):
-    """nutpie's compiled log density and gradient as ``f(x) -> (logp, grad)``."""
+    """nutpie's compiled log density and gradient as ``f(x) -> (logp, grad)``; a point the
+    model rejects (its callback's non-zero code: NaN or inf) gives ``(-inf, 0)``."""
+    if _is_numba_model(compiled):
+        return _numba_logp_grad(compiled)
     logp = compiled._make_logp_func()
     shared = compiled._shared_data
     return lambda x: logp(x, **shared)
 
 
+def _numba_logp_grad(compiled):
+    import ctypes
+
+    function = compiled.compiled_logp_func.ctypes
+    n_dim, user_data = compiled.n_dim, ctypes.c_void_p(compiled.user_data.ctypes.data)
+    pointer = ctypes.POINTER(ctypes.c_double)
+
+    def logp_grad(x):
+        x = np.ascontiguousarray(x, dtype=float)
+        grad, logp = np.empty(n_dim), np.empty(1)
+        code = function(n_dim, x.ctypes.data_as(pointer), grad.ctypes.data_as(pointer),
+                        logp.ctypes.data_as(pointer), user_data)
+        return (float(logp[0]), grad) if code == 0 else (-np.inf, np.zeros(n_dim))
+
+    return logp_grad
+
+
 def precondition(compiled, laplace: Laplace):
     """The same nutpie model sampled in ``z`` (``x = mode + W z``); chains start at
     independent standard-normal ``z`` (draws of the Laplace approximation)."""
+    if _is_numba_model(compiled):
+        return _precondition_numba(compiled, laplace)
     mode, whiten = laplace.mode, laplace.whiten
     make_logp, make_expand = compiled._make_logp_func, compiled._make_expand_func
 
@@ -166,3 +214,49 @@ def precondition(compiled, laplace: Laplace):
     return dataclasses.replace(compiled, _make_logp_func=make_logp_z,
                                _make_expand_func=make_expand_z,
                                _make_initial_points=initial_z)
+
+
+def _precondition_numba(compiled, laplace: Laplace):
+    """New numba C callbacks for nutpie's numba model: each maps ``z`` to ``x`` and calls
+    the original callback (log density: the gradient mapped back by ``W^T``; expand: the
+    traced values of ``x``), so the chains never enter Python."""
+    import ctypes
+
+    import numba
+    from numba import types
+
+    n_dim, n_expanded = compiled.n_dim, compiled.n_expanded
+    mode = np.ascontiguousarray(laplace.mode, dtype=float)
+    whiten = np.ascontiguousarray(laplace.whiten, dtype=float)
+    whiten_t = np.ascontiguousarray(laplace.whiten.T)
+    void = ctypes.c_void_p
+    inner_logp = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_uint64, void, void, void, void)(
+        compiled.compiled_logp_func.address)
+    inner_expand = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint64, void,
+                                    void, void)(compiled.compiled_expand_func.address)
+    doubles = types.CPointer(types.double)
+
+    @numba.cfunc(types.int64(types.uint64, doubles, doubles, doubles, types.voidptr))
+    def logp_z(dim, z_in, grad_out, logp_out, user_data):
+        if dim != n_dim:
+            return -1
+        x = mode + whiten @ numba.carray(z_in, (n_dim,))
+        grad_x = np.empty(n_dim)
+        code = inner_logp(dim, x.ctypes, grad_x.ctypes, numba.carray(logp_out, (1,)).ctypes,
+                          user_data)
+        numba.carray(grad_out, (n_dim,))[:] = whiten_t @ grad_x
+        return code
+
+    @numba.cfunc(types.int64(types.uint64, types.uint64, doubles, doubles, types.voidptr))
+    def expand_z(dim, expanded, z_in, values_out, user_data):
+        if dim != n_dim:
+            return -1
+        x = mode + whiten @ numba.carray(z_in, (n_dim,))
+        return inner_expand(dim, expanded, x.ctypes,
+                            numba.carray(values_out, (n_expanded,)).ctypes, user_data)
+
+    def initial_z(seed, _keep_alive=compiled):  # holds the original callbacks' code
+        return np.random.default_rng(seed).standard_normal(n_dim)
+
+    return dataclasses.replace(compiled, compiled_logp_func=logp_z,
+                               compiled_expand_func=expand_z, initial_point_func=initial_z)

@@ -7,8 +7,8 @@ import pytest
 
 from bayesblis.errors import BayesBlisError
 from bayesblis.model.hierarchy import LatencyModel
-from bayesblis.model.laplace import (can_precondition, find_laplace, logp_grad_of,
-                                     precondition)
+from bayesblis.model.laplace import (AUTO_MIN_ROWS, can_precondition, find_laplace,
+                                     initial_point_of, logp_grad_of, precondition)
 
 from model_helpers import synthetic_data
 
@@ -52,10 +52,12 @@ def test_find_laplace_floors_flat_directions():
     assert abs(lap.mode[0]) < 1e-4
 
 
-def test_preconditioned_nutpie_samples_the_same_posterior():
+@pytest.mark.parametrize("backend", ["jax", "numba"])
+def test_preconditioned_nutpie_samples_the_same_posterior(backend):
     """Conjugate linear regression with strongly correlated coefficients: the exact
     posterior is Gaussian with known mean and covariance; NUTS in the whitened coordinates
-    must reproduce it (original parameterization in the trace)."""
+    must reproduce it (original parameterization in the trace), on either backend (numba:
+    new C callbacks around nutpie's)."""
     import nutpie
 
     rng = np.random.default_rng(3)
@@ -69,11 +71,19 @@ def test_preconditioned_nutpie_samples_the_same_posterior():
     post_cov = np.linalg.inv(prior_prec + design.T @ design / 0.01)
     post_mean = post_cov @ (design.T @ y / 0.01)
 
-    compiled = nutpie.compile_pymc_model(model, backend="jax", gradient_backend="jax")
+    extra = {"backend": "jax", "gradient_backend": "jax"} if backend == "jax" else {}
+    compiled = nutpie.compile_pymc_model(model, **extra)
     assert can_precondition(compiled)
-    lap = find_laplace(logp_grad_of(compiled), compiled._make_initial_points(0))
+    lap = find_laplace(logp_grad_of(compiled), initial_point_of(compiled, 0))
     np.testing.assert_allclose(lap.mode, post_mean, atol=1e-3 * np.sqrt(np.diag(post_cov)).max())
-    idata = nutpie.sample(precondition(compiled, lap), draws=1000, tune=100, chains=2, seed=1,
+    whitened = precondition(compiled, lap)
+    # the whitened density is the original's at x = mode + W z, its gradient W^T times
+    z = np.array([0.3, -1.2, 0.7])
+    value_z, grad_z = logp_grad_of(whitened)(z)
+    value_x, grad_x = logp_grad_of(compiled)(lap.mode + lap.whiten @ z)
+    assert value_z == pytest.approx(value_x, rel=1e-12)
+    np.testing.assert_allclose(grad_z, lap.whiten.T @ grad_x, rtol=1e-9, atol=1e-9)
+    idata = nutpie.sample(whitened, draws=1000, tune=100, chains=2, seed=1,
                           progress_bar=False)
     draws = idata.posterior["coef"].values.reshape(-1, 3)
     sd = np.sqrt(np.diag(post_cov))
@@ -85,9 +95,9 @@ def test_preconditioned_nutpie_samples_the_same_posterior():
 
 
 def test_latency_model_laplace_settings():
-    """laplace=True is used as asked; "auto" leaves small tables alone; a wrong setting,
-    and numba with laplace=True, are refused by name before compiling (no fit needed: the
-    fit itself is the next test's)."""
+    """laplace=True is used as asked, on either backend; "auto" preconditions large tables
+    on JAX only; a wrong setting is refused by name before compiling (no fit needed: the fit
+    itself is the next test's)."""
     data, _ = synthetic_data(n_obs=60, hardware=("H100-SXM",), tps=(1, 2))
     lm = LatencyModel(sampler_config={"draws": 40, "tune": 40, "chains": 2, "seed": 1,
                                       "nuts_backend": "jax", "laplace": True,
@@ -97,10 +107,12 @@ def test_latency_model_laplace_settings():
     assert lm._use_laplace(cfg)
     assert not lm._use_laplace({**cfg, "laplace": "auto"})  # 120 rows: below AUTO_MIN_ROWS
     assert not lm._use_laplace({**cfg, "laplace": False})
+    assert lm._use_laplace({**cfg, "nuts_backend": "numba"})
+    lm.data.obs = lm.data.obs.sample(AUTO_MIN_ROWS, replace=True, random_state=0)
+    assert lm._use_laplace({**cfg, "laplace": "auto"})  # a large table on JAX
+    assert not lm._use_laplace({**cfg, "laplace": "auto", "nuts_backend": "numba"})
     with pytest.raises(BayesBlisError, match="laplace must be"):
         lm.fit(progressbar=False, laplace="yes")
-    with pytest.raises(BayesBlisError, match="nuts_backend='jax'"):  # refused before compiling
-        lm.fit(progressbar=False, nuts_backend="numba")
     assert lm._compiled is None and lm.idata is None  # neither compiled nor sampled
 
 
@@ -121,3 +133,25 @@ def test_latency_model_fits_through_the_laplace_preconditioner():
     assert info["n_evals"] > 0 and info["n_dim"] == lm._compiled._n_dim
     assert (idata.posterior["sigma_step"] > 0).all()
     assert idata.posterior["beta"].shape[:2] == (2, 40)
+
+
+def test_numba_preconditioning_of_the_latency_model_keeps_its_density_and_traced_values(tiny_fit):
+    """The whitened numba callbacks around the shared tiny fit's compiled model (no new
+    compile of the model): the same log density at ``x = mode + W z``, and chains sampled in
+    ``z`` trace every variable in its own coordinates (positive scales, finite values)."""
+    import nutpie
+
+    lm, _, _ = tiny_fit
+    compiled = lm._compiled
+    assert lm._compiled_backend == "numba" and can_precondition(compiled)
+    lap = find_laplace(logp_grad_of(compiled), initial_point_of(compiled, 1))
+    whitened = precondition(compiled, lap)
+    z = np.random.default_rng(0).normal(0, 0.3, compiled.n_dim)
+    value_z, grad_z = logp_grad_of(whitened)(z)
+    value_x, grad_x = logp_grad_of(compiled)(lap.mode + lap.whiten @ z)
+    assert np.isfinite(value_z) and value_z == pytest.approx(value_x, rel=1e-12)
+    np.testing.assert_allclose(grad_z, lap.whiten.T @ grad_x, rtol=1e-8, atol=1e-8)
+    idata = nutpie.sample(whitened, draws=30, tune=30, chains=1, seed=2, progress_bar=False)
+    post = idata.posterior
+    assert set(lm.model.coords["config"]) == set(post["beta"].coords["config"].values)
+    assert (post["sigma_step"] > 0).all() and np.isfinite(post["beta"]).all()
