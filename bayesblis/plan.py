@@ -43,7 +43,7 @@ from bayesblis.discrepancy import (NEW_CONFIGURATION, NEW_GPU, UNMEASURED_GPU, l
 from bayesblis.errors import BayesBlisError, UnseenLevelError
 from bayesblis.simulate.results import (METRICS, Draws, per_draw_metrics, predicted_load,
                                         saturated_share, summarize_metric)
-from bayesblis.simulate.scenario import VLLM_KEYS
+from bayesblis.simulate.scenario import GENERATION_CONFIG_MODES, VLLM_KEYS
 from bayesblis.simulate.workload import (PromptSet, Workload, format_workload_summary,
                                          sample_tokens, workload_summary)
 
@@ -207,6 +207,11 @@ def _option_value(key: str, raw: str, token: str, param: str):
 
             raise PlanSpecError(param, token, f"unknown GPU {raw!r}",
                                 "a catalog GPU: " + ", ".join(list_gpus())) from None
+    if key == "generation_config":
+        if raw not in GENERATION_CONFIG_MODES:
+            raise PlanSpecError(param, token, f"value {raw!r} of {key} is not a vLLM mode",
+                                " or ".join(GENERATION_CONFIG_MODES))
+        return raw
     if typ is str:
         return raw
     if typ is bool:
@@ -665,6 +670,7 @@ def run_plan(scenario, posterior, slos: list[SLO], option_settings: list[dict] |
             t["on_eval"] = (lambda rec, label=label: on_eval(label, rec))
     options = map_tasks(plan_option, tasks, scheduler=scheduler, n_workers=dask_workers,
                         progress=progress)
+    caveats = option_caveats(tasks)
     with_cap = [o for o in options if o["tokens_per_s_per_gpu"] is not None]
     best = max(with_cap, key=lambda o: o["tokens_per_s_per_gpu"])["label"] if with_cap else None
     n_sim = sum(o["search"]["n_simulations"] for o in options)
@@ -683,9 +689,21 @@ def run_plan(scenario, posterior, slos: list[SLO], option_settings: list[dict] |
                      "n_options": len(options),
                      "n_evaluations": sum(o["search"]["n_evaluations"]
                                           + o["search"]["n_curve_evaluations"] for o in options),
-                     "n_simulations": n_sim, "wall_s": round(time.perf_counter() - t0, 3),
+                     "n_simulations": n_sim, "caveats": caveats,
+                     "wall_s": round(time.perf_counter() - t0, 3),
                      "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
     }
+
+
+def option_caveats(tasks: list[dict]) -> list[str]:
+    """Each distinct `Scenario.caveats` text of the options, prefixed with the options it
+    applies to when not all."""
+    by_text: dict[str, list[str]] = {}
+    for t in tasks:
+        for text in t["scenario"].caveats():
+            by_text.setdefault(text, []).append(option_label(t["settings"]))
+    return [text if len(labels) == len(tasks) else f"options {'; '.join(labels)}: {text}"
+            for text, labels in by_text.items()]
 
 
 def traffic_description(scenario, search) -> dict:
@@ -780,6 +798,8 @@ def format_plan(plan: dict) -> str:
                      f"likewise and widened by a log-scale sd of {unmeasured_metric_sd():.2g} "
                      "(kernel-db's spread of weight streaming across the GPUs it measures; "
                      "docs/kernel-db.md)")
+    for text in plan["metadata"].get("caveats") or ():
+        lines.append(f"caveat: {text}")
     beyond = extrapolated_options(plan)
     if beyond:
         lines.append(f"capacity beyond the traced load ({', '.join(beyond)}): the discrepancy "

@@ -183,6 +183,8 @@ def format_summary(result: dict) -> str:
                          "widen further: " + ", ".join(
                              f"stage {s['stage']} {s['in_flight']:.0f} in flight "
                              f"({math.exp(s['load_excess']):.1f}x)" for s in beyond))
+    for text in result["metadata"].get("caveats") or ():
+        lines.append(f"caveat: {text}")
     lines.append(f"saturated: the queue keeps growing through the stage (completion lag grows "
                  f"> {SATURATION_LAG_GROWTH:.0%} of the elapsed time; "
                  "data_specs/simulation-result.md)")

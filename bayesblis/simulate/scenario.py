@@ -22,12 +22,14 @@ VLLM_KEYS = {
     "max_num_batched_tokens": int, "max_num_seqs": int, "max_model_len": int,
     "gpu_memory_utilization": float, "block_size": int, "enable_prefix_caching": bool,
     "enable_chunked_prefill": bool, "kv_blocks_total": int, "cpu_offload_blocks": int,
-    "async_scheduling": bool,
+    "async_scheduling": bool, "generation_config": str,
 }
 VLLM_DEFAULTS = {"max_num_batched_tokens": 2048, "max_num_seqs": 256, "max_model_len": None,
                  "gpu_memory_utilization": 0.9, "block_size": 16, "enable_prefix_caching": True,
                  "enable_chunked_prefill": True, "kv_blocks_total": None,
-                 "cpu_offload_blocks": 0, "async_scheduling": True}
+                 "cpu_offload_blocks": 0, "async_scheduling": True, "generation_config": "auto"}
+GENERATION_CONFIG_MODES = ("auto", "vllm")
+"""vLLM's `--generation-config`: auto applies the model's sampling defaults, vllm does not."""
 TOP_KEYS = {"name", "model", "hardware", "tp", "ep", "dtype", "vllm", "workload"}
 WORKLOAD_KEYS = {"seed", "arrival", "stages", "prompt_tokens", "output_tokens", "prefix",
                  "shared_prefix"}
@@ -121,6 +123,18 @@ class Scenario:
         if max_duration_s is not None:
             w = w.truncate(float(max_duration_s))
         return w
+
+    def sampling_defaults(self) -> dict:
+        """The sampling fields vLLM applies to requests that set none (`catalog.generation`)."""
+        from bayesblis.catalog.generation import sampling_defaults
+
+        return sampling_defaults(self.model) if self.vllm["generation_config"] == "auto" else {}
+
+    def caveats(self) -> list[str]:
+        """Warnings for a prediction of this scenario (`catalog.generation.caveats`)."""
+        from bayesblis.catalog.generation import caveats
+
+        return caveats(self.sampling_defaults())
 
     def with_hardware(self, hardware: str | None) -> "Scenario":
         return replace(self, hardware=hardware) if hardware else self
@@ -385,7 +399,11 @@ def _check_vllm(v, source) -> dict:
         if value is None and key in ("max_model_len", "kv_blocks_total"):
             out[key] = None
             continue
-        if typ is bool:
+        if key == "generation_config":
+            if value not in GENERATION_CONFIG_MODES:
+                raise InputError(source, f"invalid value {value!r}", field=f"vllm.{key}",
+                                 expected=" or ".join(GENERATION_CONFIG_MODES))
+        elif typ is bool:
             if not isinstance(value, bool):
                 raise InputError(source, f"invalid value {value!r}", field=f"vllm.{key}",
                                  expected="true or false")

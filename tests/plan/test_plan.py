@@ -56,6 +56,8 @@ def test_parse_options_is_the_product_of_the_axes():
     assert parse_options([]) == [{}]
     assert parse_options(["enable_prefix_caching=true,false"]) == [
         {"enable_prefix_caching": True}, {"enable_prefix_caching": False}]
+    assert parse_options(["generation_config=auto,vllm"]) == [
+        {"generation_config": "auto"}, {"generation_config": "vllm"}]
 
 
 @pytest.mark.parametrize("axes, token, words", [
@@ -67,6 +69,7 @@ def test_parse_options_is_the_product_of_the_axes():
     (["tp=1,"], "tp=1,", ["empty value"]),
     (["tp=1", "tp=2"], "tp=2", ["given twice"]),
     (["gpu_memory_utilization=1.5"], "gpu_memory_utilization=1.5", ["(0, 1]"]),
+    (["generation_config=model"], "generation_config=model", ["'model'", "auto or vllm"]),
 ])
 def test_parse_options_errors_name_the_token_and_what_is_expected(axes, token, words):
     with pytest.raises(PlanSpecError) as info:
@@ -234,6 +237,11 @@ def test_saturated_share_is_the_cliff_as_a_probability(sweep):
     text = format_plan(plan)
     assert "P(saturated)" in text and "ttft_p90_s median (mean)" in text
     assert text.count("probability curve") == len(plan["options"])
+    # the held-out configuration serves Qwen2.5-7B-Instruct, whose defaults set a penalty
+    assert sc.caveats() and plan["metadata"]["caveats"] == sc.caveats()
+    assert f"caveat: {sc.caveats()[0]}" in text
+    quiet = {**plan, "metadata": {**plan["metadata"], "caveats": []}}
+    assert "caveat:" not in format_plan(quiet)
 
 
 def test_dask_local_cluster_gives_the_serial_results(sweep):
@@ -502,3 +510,20 @@ def test_beyond_its_fitted_load_a_fitted_configuration_is_planned_less_surely(sw
                                                           "load_excess": np.log(2.0)}},
                         {"label": "h100", "at_capacity": {"load_excess": 0.0}}]}
     assert extrapolated_options(plan) == [f"a100: {2 * fitted:.0f} in flight, 2.0x the fitted load"]
+
+
+def test_caveats_name_the_options_they_apply_to():
+    from bayesblis.plan import apply_option, option_caveats
+    from bayesblis.simulate.scenario import Scenario
+
+    sc = Scenario.from_dict({"model": "Qwen/Qwen2.5-7B-Instruct", "hardware": "H100-SXM",
+                             "workload": {"stages": [{"rate": 1, "duration": 5}],
+                                          "prompt_tokens": 100, "output_tokens": 10}})
+
+    def tasks(axes):
+        return [{"scenario": apply_option(sc, o), "settings": o} for o in parse_options(axes)]
+
+    (text,) = option_caveats(tasks(["generation_config=auto,vllm"]))
+    assert text.startswith("options generation_config=auto: the model's generation_config.json")
+    (text,) = option_caveats(tasks(["tp=1,2"]))
+    assert text.startswith("the model's generation_config.json sets repetition_penalty 1.05")

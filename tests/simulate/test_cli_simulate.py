@@ -226,6 +226,24 @@ def test_simulate_all_real_folders(all_real_results):
         assert res["summary"]["ttft_mean_s"]["mean"] > 0, name
 
 
+def test_a_models_repetition_penalty_default_is_a_caveat_of_the_result(tmp_path):
+    sc = {"model": "qwen2.5-7b", "hardware": "H100-SXM",
+          "workload": {"stages": [{"rate": 2, "duration": 5}], "prompt_tokens": 200,
+                       "output_tokens": 20}}
+    coef = coefficients_json(tmp_path / "c.json")
+    for mode, n_caveats in (("auto", 1), ("vllm", 0)):
+        p = tmp_path / f"{mode}.yaml"
+        p.write_text(yaml.safe_dump({**sc, "vllm": {"generation_config": mode}}))
+        out = tmp_path / f"{mode}.json"
+        r = invoke([p, "--coefficients", coef, "--draws", 2, "--out", out])
+        meta = check_result(out)["metadata"]
+        assert len(meta["caveats"]) == n_caveats
+        assert ("caveat: the model's generation_config.json sets repetition_penalty 1.05"
+                in r.output) == (mode == "auto")
+        assert meta["sampling_defaults"] == ({"repetition_penalty": 1.05, "temperature": 0.7,
+                                              "top_p": 0.8, "top_k": 20} if mode == "auto" else {})
+
+
 def test_result_and_scenario_schemas(tmp_path):
     jsonschema = pytest.importorskip("jsonschema")
     from sim_helpers import REPO
@@ -242,12 +260,14 @@ def test_result_and_scenario_schemas(tmp_path):
                        "output_tokens": {"dist": "uniform", "min": 5, "max": 30},
                        "prefix": {"num_groups": 2, "system_prompt_len": 40}}}
     jsonschema.validate(sc, sc_schema)
+    jsonschema.validate({**sc, "vllm": {"generation_config": "vllm"}}, sc_schema)
     p = tmp_path / "sc.yaml"
     p.write_text(yaml.safe_dump(sc))
     out = tmp_path / "R.json"
     invoke([p, "--coefficients", coefficients_json(tmp_path / "c.json"), "--out", out])
     jsonschema.validate(json.loads(out.read_text()), res_schema)
-    for bad in ({**sc, "tp": 0}, {**sc, "vllm": {"block_sise": 16}}):
+    for bad in ({**sc, "tp": 0}, {**sc, "vllm": {"block_sise": 16}},
+                {**sc, "vllm": {"generation_config": "model"}}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, sc_schema)
 

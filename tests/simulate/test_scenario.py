@@ -68,12 +68,23 @@ def test_scenario_yaml_builds_workload_and_config(tmp_path):
      "workload.prompt_tokens.std"),
     ({"workload": {**BASE["workload"], "prefix": {"num_groups": 2, "system_prompt_len": -1}}},
      "workload.prefix.system_prompt_len"),
+    ({"vllm": {"generation_config": "model"}}, "vllm.generation_config"),
 ])
 def test_bad_scenario_names_file_and_field(tmp_path, patch, field):
     p = write(tmp_path, {**BASE, **patch})
     with pytest.raises(InputError) as exc:
         Scenario.from_yaml(p)
     assert exc.value.field == field and str(p) in str(exc.value)
+
+
+def test_the_models_sampling_defaults_apply_unless_the_server_ignores_them(tmp_path):
+    qwen = Scenario.from_dict({**BASE, "model": "Qwen/Qwen2.5-7B-Instruct"})
+    assert qwen.sampling_defaults()["repetition_penalty"] == 1.05
+    assert len(qwen.caveats()) == 1 and "repetition_penalty 1.05" in qwen.caveats()[0]
+    off = Scenario.from_dict({**BASE, "model": "Qwen/Qwen2.5-7B-Instruct",
+                              "vllm": {"generation_config": "vllm"}})
+    assert off.sampling_defaults() == {} and off.caveats() == []
+    assert Scenario.from_dict(BASE).caveats() == []
 
 
 def test_unchunked_prefill_needs_a_budget_for_the_longest_prompt(tmp_path):

@@ -1,0 +1,102 @@
+"""A model's sampling defaults as vLLM applies them, and what they mean for a prediction.
+
+vLLM's default `--generation-config auto` reads the model's `generation_config.json` and
+applies its sampling fields to every request that sets none of its own (vLLM pull request
+12622; inference-perf's completion requests set none). It keeps only `VLLM_FIELDS` and,
+through transformers' `to_diff_dict`, drops the values equal to transformers' own defaults
+(`TRANSFORMERS_DEFAULTS`: an explicit top-k of 50 is no default at all).
+
+Some defaults put work on every engine step that no traced model does: a repetition
+penalty (vLLM 0.15: each step waits for the previous step's tokens, rebuilds the
+output-token tensor on the CPU and counts tokens over two batch x vocabulary tensors).
+The one measured model with one, Qwen2.5-7B-Instruct, ran 14-16% slower than predicted
+(docs/new-models.md), so `caveats` says so where it applies.
+
+Sources: `generation_config.json` beside a model's config.json, else ``KNOWN`` (the
+published files of catalog models, verified copies only), by model id; a catalog short name
+stands for its entry's `hf_id`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bayesblis.errors import InputError
+
+FILE_NAME = "generation_config.json"
+VLLM_FIELDS = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")
+"""The fields vLLM 0.15 takes from a generation_config.json (`ModelConfig.get_diff_sampling_param`)."""
+TRANSFORMERS_DEFAULTS = {"repetition_penalty": 1.0, "temperature": 1.0, "top_k": 50, "top_p": 1.0}
+"""transformers' GenerationConfig defaults: a field equal to one is not applied."""
+KNOWN = {
+    "qwen/qwen2.5-7b-instruct": {"repetition_penalty": 1.05, "temperature": 0.7, "top_p": 0.8, "top_k": 20},
+    "meta-llama/llama-3.1-8b-instruct": {"temperature": 0.6, "top_p": 0.9},
+}
+"""Published generation_config.json sampling fields of catalog models (Hugging Face, by
+model id, lower case). A model id not here, with no file beside its config, has none known."""
+PENALTY_FIELDS = ("repetition_penalty",)
+MEASURED_PENALTY_EFFECT = ("the one measured model whose defaults set a repetition penalty "
+                           "(Qwen2.5-7B-Instruct, 1.05) ran 14-16% slower than predicted")
+
+
+def read_generation_config(path) -> dict:
+    """The sampling fields vLLM applies from a generation_config.json (`VLLM_FIELDS`, those
+    that differ from transformers' defaults); errors name the file and the field."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"cannot read: {exc}", expected="a generation_config.json") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"not JSON ({exc.msg}, line {exc.lineno})",
+                         expected="a generation_config.json") from None
+    if not isinstance(data, dict):
+        raise InputError(path, "not a JSON object", expected="a generation_config.json")
+    out = {}
+    for key in VLLM_FIELDS:
+        value = data.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise InputError(path, f"invalid value {value!r}", field=key, expected="a number >= 0")
+        if TRANSFORMERS_DEFAULTS.get(key) != value:
+            out[key] = value
+    return out
+
+
+def sampling_defaults(model: str) -> dict:
+    """What vLLM's `--generation-config auto` applies for `model` (a config.json path, a
+    folder holding one, or a model id): the file beside the config, else `KNOWN`, else {}."""
+    path = Path(str(model))
+    folder = path if path.is_dir() else path.parent if path.is_file() else None
+    if folder is not None:
+        candidate = folder / FILE_NAME
+        return read_generation_config(candidate) if candidate.is_file() else {}
+    return dict(KNOWN.get(_model_id(str(model).strip()).lower(), {}))
+
+
+def _model_id(name: str) -> str:
+    """The model id a name stands for: a catalog short name is its entry's `hf_id` (the
+    aliases name other checkpoints, whose defaults may differ); anything else as given."""
+    from bayesblis.catalog.models import UnknownArchitectureError, load_model
+
+    try:
+        arch = load_model(name)
+    except UnknownArchitectureError:
+        return name
+    return arch.hf_id if arch.hf_id and name.lower() == arch.name.lower() else name
+
+
+def caveats(defaults: dict) -> list[str]:
+    """Plain-language warnings for a prediction served with these sampling defaults."""
+    penalties = {k: defaults[k] for k in PENALTY_FIELDS if k in defaults}
+    if not penalties:
+        return []
+    shown = ", ".join(f"{k} {v:g}" for k, v in penalties.items())
+    others = ", ".join(f"{k} {v:g}" for k, v in defaults.items() if k not in penalties)
+    return [f"the model's generation_config.json sets {shown}" + (f" (and {others})" if others else "")
+            + "; vLLM applies it to requests that set none (--generation-config auto). The penalty "
+            f"adds per-step work no traced model does: {MEASURED_PENALTY_EFFECT} "
+            "(docs/limits.md). Requests that set it themselves, or a server run with "
+            "--generation-config vllm (scenario: vllm.generation_config: vllm), avoid it"]
