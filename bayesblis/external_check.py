@@ -268,7 +268,9 @@ def run_check(dirs, posterior, *, hardware: str | None = None, n_draws: int = 40
         runs.append({"run": run.name, "model": run.model, "hardware": run.hardware,
                      "seen_config": result["seen_config"],
                      "unseen_levels": result["unseen_levels"],
-                     "workload": result.get("workload"), "wall_s": result["metadata"]["wall_s"]})
+                     "workload": result.get("workload"),
+                     "caveats": result["metadata"].get("caveats", []),
+                     "wall_s": result["metadata"]["wall_s"]})
         if echo is not None:
             e2e = ", ".join(f"{r.get('signed_pct_error_e2e_mean_s', float('nan')):+.1f}%"
                             for r in recs)

@@ -23,8 +23,11 @@ from bayesblis.constants import CI_PROB
               help="vLLM chunk size; recorded in the output (features, not coefficients, use it).")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None,
               help="vLLM max_model_len; recorded.")
-@click.option("--cpu-offload-gb", type=FiniteFloatRange(min=0), default=None,
-              help="vLLM CPU KV offload size; recorded.")
+@click.option("--kv-offloading-size", "--cpu-offload-gb", "cpu_offload_gb",
+              type=FiniteFloatRange(min=0), default=None,
+              help="vLLM CPU KV offload size in GiB (--kv-offloading-size); recorded. "
+                   "--cpu-offload-gb is its old name here (vLLM's flag of that name "
+                   "offloads weights).")
 @click.option("--allow-unseen", is_flag=True,
               help="Answer for levels (GPU, model family) the posterior never saw, "
                    "from population-level draws.")

@@ -136,7 +136,7 @@ class VllmSettings:
             "max-num-seqs": ("max_num_seqs", int), "max-model-len": ("max_model_len", int),
             "gpu-memory-utilization": ("gpu_memory_utilization", float),
             "block-size": ("block_size", int), "kv-offloading-size": ("kv_offloading_size_gb", float),
-            "cpu-offload-gb": ("kv_offloading_size_gb", float), "dtype": ("dtype", str),
+            "cpu-offload-gb": ("weight_offload_gb", float), "dtype": ("dtype", str),
             "num-gpu-blocks-override": ("kv_blocks_total_gpu", int),
             "data-parallel-size": (None, int),
         }
@@ -177,7 +177,13 @@ class VllmSettings:
                 except ValueError:
                     raise InputError(None, f"cannot parse {value!r}", field=name,
                                      expected=conv.__name__) from None
-                if key is not None:
+                if key == "weight_offload_gb":
+                    if converted:
+                        raise InputError(None, f"--{name} {value} offloads model weights to the CPU "
+                                         "(vLLM streams them back to the GPU every step), which "
+                                         "bayesblis does not model", field=name,
+                                         expected="0, or --kv-offloading-size for the KV cache")
+                elif key is not None:
                     kwargs[key] = converted
             else:
                 # Unknown flag: skip its value if the next token is not a flag.

@@ -55,6 +55,8 @@ class Scenario:
     workload: Workload | None = None
     name: str = "scenario"
     source: str | None = None
+    notes: tuple = ()
+    """Caveats the source itself raises (e.g. a setting it names but cannot be simulated)."""
 
     def __post_init__(self):
         merged = dict(VLLM_DEFAULTS)
@@ -134,7 +136,7 @@ class Scenario:
         """Warnings for a prediction of this scenario (`catalog.generation.caveats`)."""
         from bayesblis.catalog.generation import caveats
 
-        return caveats(self.sampling_defaults())
+        return [*caveats(self.sampling_defaults()), *self.notes]
 
     def with_hardware(self, hardware: str | None) -> "Scenario":
         return replace(self, hardware=hardware) if hardware else self
@@ -264,8 +266,12 @@ class Scenario:
             if flag in exp:
                 vllm[flag] = bool(exp[flag])
         tp = int(exp.get("tensor_parallelism", exp.get("tensor_parallel_size", 1)))
+        notes = ((f"{cfg_path.name} sets cpu_offload: true without saying what is offloaded "
+                  "(KV cache or weights) or how much; simulated without CPU offload "
+                  "(a scenario's vllm.cpu_offload_blocks sets a KV offload)",)
+                 if exp.get("cpu_offload") is True else ())
         common = dict(model=str(model), hardware=hardware, tp=tp, ep=1, dtype="auto", vllm=vllm,
-                      name=folder.name, source=str(folder))
+                      name=folder.name, source=str(folder), notes=notes)
         if not replay:
             spec = {"seed": int(seed), "arrival": arrival,
                     "stages": [{"rate": float(s["rate"]), "duration": float(s["duration"])}

@@ -21,6 +21,15 @@ def test_from_cli_args():
     assert VllmSettings.from_cli_args(["m", "-tp", "4"]).tp == 4
 
 
+def test_weight_offloading_is_refused_not_read_as_kv_offloading():
+    """vLLM's --cpu-offload-gb moves weights, not the KV cache, to the CPU."""
+    assert VllmSettings.from_cli_args("m --cpu-offload-gb 0").kv_offloading_size_gb == 0
+    with pytest.raises(InputError) as info:
+        VllmSettings.from_cli_args("m --cpu-offload-gb 10")
+    assert info.value.field == "cpu-offload-gb" and "offloads model weights" in str(info.value)
+    assert "--kv-offloading-size" in str(info.value)
+
+
 def test_round_trip_and_validation(real_ip_dir):
     s = VllmSettings.from_exp_config(real_ip_dir / "20260217-155451-llama-2-7b-tp1-codegen" / "exp-config.yaml")
     assert s.model == "meta-llama/Llama-2-7b-hf" and s.max_model_len == 4096 and s.max_num_seqs == 128

@@ -291,6 +291,18 @@ def test_inference_perf_load_type_sets_the_arrival_process(tmp_path):
         assert Scenario.from_inference_perf(tmp_path, "H100-SXM").workload_spec["arrival"] == arrival
 
 
+def test_an_unsimulated_cpu_offload_setting_is_a_caveat(tmp_path):
+    (tmp_path / "profile.yaml").write_text(json.dumps({"data": {
+        "type": "shared_prefix", "shared_prefix": {"question_len": 100, "output_len": 20}},
+        "load": {"stages": [{"rate": 1, "duration": 10}]}}))
+    for offload, n_caveats in ((False, 0), (True, 1)):
+        (tmp_path / "exp-config.yaml").write_text(
+            f"model: llama-2-7b\ntensor_parallelism: 1\ncpu_offload: {str(offload).lower()}\n")
+        sc = Scenario.from_inference_perf(tmp_path, "H100-SXM")
+        assert len(sc.caveats()) == n_caveats and sc.engine_config().cpu_offload_blocks == 0
+    assert "cpu_offload: true" in sc.caveats()[0] and "without CPU offload" in sc.caveats()[0]
+
+
 def test_trace_v2_header_without_data_generates_its_blis_workload_spec(tmp_path):
     spec = {"version": "2", "seed": 7, "inference_perf": {
         "stages": [{"rate": 5, "duration": 60}, {"rate": 10, "duration": 30}],
