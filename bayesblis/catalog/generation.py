@@ -96,7 +96,7 @@ def caveats(defaults: dict) -> list[str]:
     shown = ", ".join(f"{k} {v:g}" for k, v in penalties.items())
     others = ", ".join(f"{k} {v:g}" for k, v in defaults.items() if k not in penalties)
     return [f"the model's generation_config.json sets {shown}" + (f" (and {others})" if others else "")
-            + "; vLLM applies it to requests that set none (--generation-config auto). The penalty "
+            + "; vLLM applies these to requests that set none (--generation-config auto). The penalty "
             f"adds per-step work no traced model does: {MEASURED_PENALTY_EFFECT} "
             "(docs/limits.md). Requests that set it themselves, or a server run with "
             "--generation-config vllm (scenario: vllm.generation_config: vllm), avoid it"]
