@@ -62,6 +62,8 @@ def test_scores_are_the_errors_of_the_predictive_median(tiny_posterior, tmp_path
     # 100 prompts sent in turn: the first 100 requests miss, the next 80 hit (all but a block)
     assert wl[0]["cache_hit_share"] == 0 and 0.55 < wl[1]["cache_hit_share"] < 80 / 120
     assert "Qwen2.5-7B-Instruct" in format_table(report)
+    # its published generation_config sets a repetition penalty: a caveat of the run
+    assert "repetition_penalty 1.05" in report["runs"][0]["caveats"][0]
 
 
 def test_itl_over_miscounted_outputs_is_scored_from_e2e():
