@@ -1,4 +1,4 @@
-"""A model's sampling defaults as vLLM applies them, and what they mean for a prediction.
+"""A model's sampling defaults as vLLM applies them.
 
 vLLM's default `--generation-config auto` reads the model's `generation_config.json` and
 applies its sampling fields to every request that sets none of its own (vLLM pull request
@@ -8,9 +8,8 @@ through transformers' `to_diff_dict`, drops the values equal to transformers' ow
 
 Some defaults put work on every engine step that no traced model does: a repetition
 penalty (vLLM 0.15: each step waits for the previous step's tokens, rebuilds the
-output-token tensor on the CPU and counts tokens over two batch x vocabulary tensors).
-The one measured model with one, Qwen2.5-7B-Instruct, ran 14-16% slower than predicted
-(docs/new-models.md), so `caveats` says so where it applies.
+output-token tensor on the CPU and counts tokens over two batch x vocabulary tensors);
+`bayesblis.caveats.sampling` says so where it applies.
 
 Sources: `generation_config.json` beside a model's config.json, else ``KNOWN`` (the
 published files of catalog models, verified copies only), by model id; a catalog short name
@@ -35,9 +34,6 @@ KNOWN = {
 }
 """Published generation_config.json sampling fields of catalog models (Hugging Face, by
 model id, lower case). A model id not here, with no file beside its config, has none known."""
-PENALTY_FIELDS = ("repetition_penalty",)
-MEASURED_PENALTY_EFFECT = ("the one measured model whose defaults set a repetition penalty "
-                           "(Qwen2.5-7B-Instruct, 1.05) ran 14-16% slower than predicted")
 
 
 def read_generation_config(path) -> dict:
@@ -87,16 +83,3 @@ def _model_id(name: str) -> str:
         return name
     return arch.hf_id if arch.hf_id and name.lower() == arch.name.lower() else name
 
-
-def caveats(defaults: dict) -> list[str]:
-    """Plain-language warnings for a prediction served with these sampling defaults."""
-    penalties = {k: defaults[k] for k in PENALTY_FIELDS if k in defaults}
-    if not penalties:
-        return []
-    shown = ", ".join(f"{k} {v:g}" for k, v in penalties.items())
-    others = ", ".join(f"{k} {v:g}" for k, v in defaults.items() if k not in penalties)
-    return [f"the model's generation_config.json sets {shown}" + (f" (and {others})" if others else "")
-            + "; vLLM applies these to requests that set none (--generation-config auto). The penalty "
-            f"adds per-step work no traced model does: {MEASURED_PENALTY_EFFECT} "
-            "(docs/limits.md). Requests that set it themselves, or a server run with "
-            "--generation-config vllm (scenario: vllm.generation_config: vllm), avoid it"]

@@ -133,10 +133,12 @@ class Scenario:
         return sampling_defaults(self.model) if self.vllm["generation_config"] == "auto" else {}
 
     def caveats(self) -> list[str]:
-        """Warnings for a prediction of this scenario (`catalog.generation.caveats`)."""
-        from bayesblis.catalog.generation import caveats
+        """Warnings for a prediction of this scenario (`bayesblis.caveats`), and the source's
+        own `notes`."""
+        from bayesblis import caveats
 
-        return [*caveats(self.sampling_defaults()), *self.notes]
+        moe = caveats.fp8_moe(self.deployment()) if self.hardware else []
+        return [*caveats.sampling(self.sampling_defaults()), *moe, *self.notes]
 
     def with_hardware(self, hardware: str | None) -> "Scenario":
         return replace(self, hardware=hardware) if hardware else self

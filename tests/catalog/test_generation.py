@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from bayesblis.catalog.generation import (KNOWN, caveats, read_generation_config,
-                                          sampling_defaults)
+from bayesblis.catalog.generation import KNOWN, read_generation_config, sampling_defaults
 from bayesblis.errors import InputError
 
 QWEN_FILE = {"bos_token_id": 151643, "pad_token_id": 151643, "do_sample": True,
@@ -55,9 +54,3 @@ def test_the_file_beside_a_config_json_then_the_known_catalog_ids(tmp_path):
     assert sampling_defaults("Qwen/Qwen2.5-7B") == {}
     assert sampling_defaults("llama-2-7b") == {} == sampling_defaults("no-such/model")
 
-
-def test_a_repetition_penalty_is_a_caveat_other_defaults_are_not():
-    (text,) = caveats({"repetition_penalty": 1.05, "top_k": 20})
-    assert "repetition_penalty 1.05 (and top_k 20)" in text
-    assert "14-16% slower than predicted" in text and "--generation-config vllm" in text
-    assert caveats({"temperature": 0.6, "top_p": 0.9}) == [] == caveats({})
