@@ -367,7 +367,7 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
                      "coefficients_source": draws.source, "draws": int(draws.n_draws),
                      "discrepancy": discrepancy.to_dict() if discrepancy else None,
                      "sampling_defaults": scenario.sampling_defaults(),
-                     "caveats": scenario.caveats(),
+                     "caveats": scenario.caveats(deployment),
                      "seed": int(seed), "ci_prob": float(ci_prob),
                      "max_duration_s": max_duration_s, "package_version": __version__,
                      "wall_s": round(wall, 3),

@@ -132,12 +132,15 @@ class Scenario:
 
         return sampling_defaults(self.model) if self.vllm["generation_config"] == "auto" else {}
 
-    def caveats(self) -> list[str]:
-        """Warnings for a prediction of this scenario (`bayesblis.caveats`), and the source's
-        own `notes`."""
+    def caveats(self, deployment=None) -> list[str]:
+        """Warnings for a prediction of this scenario (`bayesblis.caveats`) served on
+        `deployment` (None: the scenario's own, where it names the hardware), and the
+        source's own `notes`."""
         from bayesblis import caveats
 
-        moe = caveats.fp8_moe(self.deployment()) if self.hardware else []
+        if deployment is None and self.hardware:
+            deployment = self.deployment()
+        moe = caveats.fp8_moe(deployment) if deployment is not None else []
         return [*caveats.sampling(self.sampling_defaults()), *moe, *self.notes]
 
     def with_hardware(self, hardware: str | None) -> "Scenario":
