@@ -21,7 +21,9 @@ The PIT here is in-sample (the observations were fitted): a good fit gives rough
 uniform PIT, over-dispersion shows as too high coverage and a central PIT bump. Per
 configuration, the load response (`load_response`) bins the step windows by requests in
 flight and compares the observed time per step with the replicated one: how well the step
-features price the growth of the step with the batch. The JSON layout is in
+features price the growth of the step with the batch. The prior predictive check
+(`prior_predictive_rows`) replicates the observations from the prior draws `fit` stores:
+where each configuration's observed median falls among the prior's. The JSON layout is in
 data_specs/check.md.
 """
 
@@ -74,6 +76,10 @@ LOAD_RATIO_TOL = 0.01
 """A load-response bin is marked only when its observed median lies outside the replicated
 90% interval *and* more than this (relative) from it: with hundreds of windows a 0.5% bias
 is significant but prices nothing."""
+
+PRIOR_P_RANGE = (0.005, 0.995)
+"""A prior predictive row is a *conflict* when its observed median lies outside this central
+range of the prior's replicated medians: the priors put almost no mass on the data's scale."""
 
 LOAD_MIN_STEPS = 8
 """Windows of fewer engine steps are left out of the load response: a TTFT window (~2.5
@@ -140,6 +146,7 @@ class PredictiveDraws:
     source: str = "stored"  # where the observations came from
     seed: int = 0
     notes: list = field(default_factory=list)
+    y_prior: np.ndarray | None = None  # [S, N] replicates from the stored prior draws
 
     @property
     def y(self) -> np.ndarray:
@@ -227,20 +234,15 @@ def predictive_draws(posterior, *, n_draws: int = 200, seed: int = 0, loo: bool 
                                            max_obs_per_config=max_obs_per_config)
     model = rebuild_model(posterior, data)
     thin = thin_posterior(posterior.idata.posterior, n_draws)
-    model.idata = az.InferenceData(posterior=thin)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            ppc = model.sample_posterior_predictive(seed=seed)
-        except (TypeError, ValueError, KeyError) as exc:
-            raise CheckError(
-                f"{posterior.path}: the stored draws do not fit the model this bayesblis builds "
-                f"({type(exc).__name__}: {str(exc)[:200]}); the file was written by another "
-                "model layout: refit it") from exc
-    rep = ppc.posterior_predictive["y_obs"] if hasattr(ppc, "posterior_predictive") else ppc["y_obs"]
-    y_rep = rep.stack(sample=("chain", "draw")).transpose("sample", ...).values
-    out = PredictiveDraws(data=data, y_rep=np.asarray(y_rep, float), source=source, seed=seed,
-                          notes=notes)
+    try:
+        y_rep = replicate(model, thin, seed)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CheckError(
+            f"{posterior.path}: the stored draws do not fit the model this bayesblis builds "
+            f"({type(exc).__name__}: {str(exc)[:200]}); the file was written by another "
+            "model layout: refit it") from exc
+    out = PredictiveDraws(data=data, y_rep=y_rep, source=source, seed=seed, notes=notes)
+    out.y_prior = _prior_replicates(posterior, model, seed, out.notes)
     if loo:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -256,6 +258,35 @@ def predictive_draws(posterior, *, n_draws: int = 200, seed: int = 0, loo: bool 
             out.log_lik = ll["y_obs"]
             out.loo = az.loo(az.InferenceData(posterior=thin, log_likelihood=ll), pointwise=True)
     return out
+
+
+def replicate(model, draws, seed: int) -> np.ndarray:
+    """Replicated observations [S, N] of `model`'s ``y_obs`` for every draw of `draws` (an
+    xarray Dataset over chain x draw holding the model's free variables)."""
+    import arviz as az
+
+    model.idata = az.InferenceData(posterior=draws)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ppc = model.sample_posterior_predictive(seed=seed)
+    rep = ppc.posterior_predictive["y_obs"] if hasattr(ppc, "posterior_predictive") else ppc["y_obs"]
+    return np.asarray(rep.stack(sample=("chain", "draw")).transpose("sample", ...).values, float)
+
+
+def _prior_replicates(posterior, model, seed: int, notes: list) -> np.ndarray | None:
+    """Replicates from the prior draws `fit` stored (group ``prior``); None, with a note,
+    when the file has none or they lack a free variable of the model."""
+    if "prior" not in posterior.idata.groups():
+        notes.append("no prior predictive check: the posterior file holds no prior draws "
+                     "(`bayesblis fit` stores 100)")
+        return None
+    prior = posterior.idata.prior
+    prior = prior.drop_vars([v for v in prior.data_vars if DIM_OBS in prior[v].dims])
+    missing = [rv.name for rv in model.model.free_RVs if rv.name not in prior]
+    if missing:
+        notes.append(f"no prior predictive check: the stored prior draws lack {missing[:4]}")
+        return None
+    return replicate(model, prior, seed)
 
 
 # ---------------------------------------------------------------------- summary
@@ -314,24 +345,67 @@ def flag_reasons(row: dict) -> list[str]:
     return reasons
 
 
-def summarize_checks(draws: PredictiveDraws) -> list[dict]:
-    """One row per configuration (kind 'all') and per configuration x kind."""
-    obs = draws.data.obs
-    y, y_rep = draws.y, draws.y_rep
-    k = draws.pareto_k
-    elpd_i = None if draws.loo is None else np.asarray(draws.loo.loo_i).ravel()
-    rows = []
-    configs = obs["config"].astype(str).to_numpy()
-    kinds = obs["kind"].astype(str).to_numpy()
-    for cfg in draws.data.configs["config"].astype(str):
+def row_groups(data):
+    """(configuration, kind, observation indices) of every summary row: per configuration
+    its observations of all kinds (kind 'all'), then each kind in sorted order."""
+    configs = data.obs["config"].astype(str).to_numpy()
+    kinds = data.obs["kind"].astype(str).to_numpy()
+    for cfg in data.configs["config"].astype(str):
         in_cfg = configs == cfg
         if not in_cfg.any():
             continue
-        rows.append(_row(cfg, ALL_KINDS, y, y_rep, np.flatnonzero(in_cfg), k, elpd_i))
+        yield cfg, ALL_KINDS, np.flatnonzero(in_cfg)
         for kind in sorted(set(kinds[in_cfg])):
-            idx = np.flatnonzero(in_cfg & (kinds == kind))
-            rows.append(_row(cfg, kind, y, y_rep, idx, k, elpd_i))
+            yield cfg, kind, np.flatnonzero(in_cfg & (kinds == kind))
+
+
+def summarize_checks(draws: PredictiveDraws) -> list[dict]:
+    """One row per configuration (kind 'all') and per configuration x kind."""
+    k = draws.pareto_k
+    elpd_i = None if draws.loo is None else np.asarray(draws.loo.loo_i).ravel()
+    return [_row(cfg, kind, draws.y, draws.y_rep, idx, k, elpd_i)
+            for cfg, kind, idx in row_groups(draws.data)]
+
+
+def prior_predictive_rows(draws: PredictiveDraws) -> list[dict]:
+    """Per configuration (kind 'all') and configuration x kind: the observed median against
+    the medians of the prior's replicates (robust: a prior draw with few degrees of freedom
+    has a heavy-tailed mean). Empty without prior replicates."""
+    if draws.y_prior is None:
+        return []
+    rows = []
+    for cfg, kind, idx in row_groups(draws.data):
+        observed = float(np.median(draws.y[idx]))
+        medians = np.median(draws.y_prior[:, idx], axis=1)
+        medians = medians[np.isfinite(medians)]
+        p = float(np.mean(medians <= observed))
+        centre = float(np.median(medians))
+        rows.append({"config": cfg, "kind": kind, "n_obs": int(len(idx)),
+                     "observed_median_s": observed, "prior_median_s": centre,
+                     "prior_median_lo_s": float(np.quantile(medians, 0.05)),
+                     "prior_median_hi_s": float(np.quantile(medians, 0.95)),
+                     "median_ratio": _finite(observed / centre) if centre > 0 else None,
+                     "prior_p": p,
+                     "conflict": not PRIOR_P_RANGE[0] <= p <= PRIOR_P_RANGE[1]})
     return rows
+
+
+def format_prior_predictive(doc: dict) -> list[str]:
+    """The prior predictive lines `bayesblis check` prints."""
+    prior = doc.get("prior_predictive")
+    if not prior:
+        return []
+    lines = [f"prior predictive ({prior['n_draws']} prior draws): observed median against the "
+             "prior's replicated medians",
+             f"{'configuration':<40}{'kind':<18}{'observed':>10}{'prior median [5%, 95%]':>30}"
+             f"{'p':>7}"]
+    for r in prior["rows"]:
+        name = r["config"] if r["kind"] == ALL_KINDS else ""
+        span = (f"{r['prior_median_s']:.4g} [{r['prior_median_lo_s']:.3g}, "
+                f"{r['prior_median_hi_s']:.3g}]")
+        lines.append(f"{name[:39]:<40}{r['kind'][:17]:<18}{r['observed_median_s']:>10.4g}"
+                     f"{span:>30}{r['prior_p']:>7.3f}" + ("  CONFLICT" if r["conflict"] else ""))
+    return lines
 
 
 def load_response(draws: PredictiveDraws, n_bins: int = LOAD_BINS,
@@ -409,6 +483,7 @@ def check_posterior(posterior, *, n_draws: int = 200, seed: int = 0, loo: bool =
                              hardware=hardware, max_obs_per_config=max_obs_per_config)
     rows = summarize_checks(draws)
     flagged = sorted({r["config"] for r in rows if r["flagged"]})
+    prior_rows = prior_predictive_rows(draws)
     loo_doc = None
     if draws.loo is not None:
         k = draws.pareto_k
@@ -434,6 +509,10 @@ def check_posterior(posterior, *, n_draws: int = 200, seed: int = 0, loo: bool =
         "flagged_configs": flagged,
         "passed": not flagged,
         "load_response": load_response(draws),
+        "prior_predictive": None if draws.y_prior is None else {
+            "n_draws": int(draws.y_prior.shape[0]), "p_range": list(PRIOR_P_RANGE),
+            "rows": prior_rows,
+            "conflicts": sorted({r["config"] for r in prior_rows if r["conflict"]})},
         "notes": list(draws.notes),
         "metadata": {"package_version": __version__, "versions": package_versions(),
                      "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")},
@@ -460,6 +539,7 @@ def format_check(doc: dict) -> str:
                      f"{lo['p_loo']:.1f}, Pareto k > {PARETO_K_BAD}: {lo['pareto_k_bad']} of "
                      f"{lo['n_obs']} ({lo['pareto_k_bad_share']:.1%})")
     lines.extend(format_load_response(doc.get("load_response") or []))
+    lines.extend(format_prior_predictive(doc))
     lines.append(f"{doc['n_draws']} posterior draws, observations {doc['observations']}")
     for note in doc.get("notes", []):
         lines.append(f"note: {note}")

@@ -1,4 +1,4 @@
-"""`bayesblis check`: posterior-predictive checks per configuration (CHECK.json)."""
+"""`bayesblis check`: posterior and prior predictive checks per configuration (CHECK.json)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,9 @@ def ppc_options(command):
 def command(posterior, out_path, plots_dir, n_draws, no_loo, dataset, hardware,
             max_obs_per_config, seed):
     """Observed vs replicated observations, interval coverage, PIT and PSIS-LOO per
-    configuration and observation kind; flags configurations whose fit is poor."""
+    configuration and observation kind; flags configurations whose fit is poor. Then the
+    prior predictive check: where each observed median falls among the replicates of the
+    prior draws the fit stored."""
     import tempfile
 
     from bayesblis.atomic import write_json

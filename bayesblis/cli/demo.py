@@ -187,6 +187,7 @@ def command(out, fleet_name, method, draws, max_draws, seed, max_obs_per_config,
                                    "phases 3-5 need it") from None
     from bayesblis.model.bounds import format_bound_report, physical_bound_report
     from bayesblis.model.diagnostics import format_diagnostics
+    from bayesblis.model.fitting import quiet_pymc_info
     from bayesblis.model.hierarchy import LatencyModel
     from bayesblis.model.store import save_posterior
 
@@ -207,6 +208,8 @@ def command(out, fleet_name, method, draws, max_draws, seed, max_obs_per_config,
         sampler["advi_iterations"] = 15000
     model = LatencyModel(sampler_config=sampler)
     model.build_model(md)
+    with quiet_pymc_info():  # prior draws for `bayesblis check`'s prior predictive check
+        model.sample_prior_predictive(samples=100)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.fit(method=method, progressbar=progress)

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bayesblis.ppc import (ALL_KINDS, COVERAGE90_RANGE, LOAD_MIN_STEPS, CheckError,
-                           PredictiveDraws, check_posterior, flag_reasons, format_check,
-                           format_load_response, interval_coverage, ks_pvalue, ks_uniform,
-                           load_response, pit_values, summarize_checks)
+from bayesblis.ppc import (ALL_KINDS, COVERAGE90_RANGE, LOAD_MIN_STEPS, PRIOR_P_RANGE,
+                           CheckError, PredictiveDraws, check_posterior, flag_reasons,
+                           format_check, format_load_response, interval_coverage, ks_pvalue,
+                           ks_uniform, load_response, pit_values, prior_predictive_rows,
+                           summarize_checks)
 
 
 # ---------------------------------------------------------------------- hand-made
@@ -222,3 +223,52 @@ def test_posterior_of_another_model_layout_is_refused(posterior):
     other.idata.posterior = other.idata.posterior.drop_vars("sigma_step")
     with pytest.raises(CheckError, match="another model layout"):
         check_posterior(other, n_draws=20, loo=False)
+
+
+def test_prior_predictive_check_on_demo_posterior(checked, posterior):
+    """The 100 prior draws `fit` stores replicate every observation; each row places the
+    observed median among the prior's replicated medians, and the demo fleet's truth, which
+    the priors are centred near, conflicts with none."""
+    doc, draws = checked
+    prior = doc["prior_predictive"]
+    assert draws.y_prior.shape == (100, len(posterior.data.obs))
+    assert prior["n_draws"] == 100 and prior["p_range"] == list(PRIOR_P_RANGE)
+    configs = list(posterior.configs["config"])
+    assert [r["config"] for r in prior["rows"] if r["kind"] == ALL_KINDS] == configs
+    for r in prior["rows"]:
+        assert 0 <= r["prior_p"] <= 1
+        assert r["prior_median_lo_s"] <= r["prior_median_s"] <= r["prior_median_hi_s"]
+        assert r["conflict"] == (not PRIOR_P_RANGE[0] <= r["prior_p"] <= PRIOR_P_RANGE[1])
+    # one row recomputed from the draws
+    row = prior["rows"][0]
+    idx = np.flatnonzero(posterior.data.obs["config"].to_numpy() == row["config"])
+    medians = np.median(draws.y_prior[:, idx], axis=1)
+    assert row["observed_median_s"] == pytest.approx(np.median(draws.y[idx]))
+    assert row["prior_p"] == pytest.approx(np.mean(medians <= np.median(draws.y[idx])))
+    assert prior["conflicts"] == []
+    assert "prior predictive (100 prior draws)" in format_check(doc)
+
+
+def test_prior_conflict_is_flagged(posterior, checked):
+    """Observations of one configuration 1,000x their own scale: a prior conflict there and
+    nowhere else (the prior's replicates do not depend on the observed values, so the demo's
+    are reused against the altered observations)."""
+    _, draws = checked
+    data = copy.deepcopy(posterior.data)
+    target = posterior.configs["config"].iloc[1]
+    data.obs.loc[data.obs["config"] == target, "y_s"] *= 1000.0
+    rows = prior_predictive_rows(PredictiveDraws(data=data, y_rep=draws.y_rep,
+                                                 y_prior=draws.y_prior))
+    assert {r["config"] for r in rows if r["conflict"]} == {target}
+    row = next(r for r in rows if r["config"] == target and r["kind"] == ALL_KINDS)
+    assert row["prior_p"] == 1.0 and row["median_ratio"] > 100
+
+
+def test_posterior_without_prior_draws_says_so(posterior):
+    bare = copy.copy(posterior)
+    bare.idata = posterior.idata.copy()
+    del bare.idata.prior
+    doc = check_posterior(bare, n_draws=20, loo=False)
+    assert doc["prior_predictive"] is None
+    assert any("no prior predictive check" in n for n in doc["notes"])
+
