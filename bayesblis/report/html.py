@@ -442,6 +442,7 @@ def ppc_section(posterior, *, n_draws: int, seed: int, loo: bool, dataset=None,
                              "the fitted load, beyond which predictions extrapolate). A pattern "
                              "along the batch means the step features mis-price how the step "
                              "grows with it.", "load-response"))
+    parts.append(_prior_predictive_table(doc.get("prior_predictive"), number))
     for cfg in posterior.configs["config"].astype(str):
         if not (draws.data.obs["config"].astype(str) == cfg).any():
             continue
@@ -451,6 +452,28 @@ def ppc_section(posterior, *, n_draws: int, seed: int, loo: bool, dataset=None,
                              "calibration per observation kind (95% pointwise band).",
                              f"ppc-{number[cfg]}"))
     return _section("ppc", "".join(parts)), draws
+
+
+def _prior_predictive_table(prior: dict | None, number: dict) -> str:
+    """The prior predictive check (`ppc.prior_predictive_rows`) as a paragraph and a table;
+    empty when the posterior file holds no prior draws."""
+    if not prior:
+        return ""
+    rows = [[str(number.get(r["config"], "?")), _e(r["kind"]), _fmt(r["observed_median_s"]),
+             _fmt(r["prior_median_s"]),
+             f"{_fmt(r['prior_median_lo_s'])} - {_fmt(r['prior_median_hi_s'])}",
+             _fmt(r["prior_p"], 3), "conflict" if r["conflict"] else "ok"]
+            for r in prior["rows"]]
+    conflicts = prior["conflicts"]
+    return (f'<p data-table="prior-predictive">Prior predictive check: {prior["n_draws"]} prior '
+            "draws replicate the same observations; where each observed median falls among the "
+            "prior's replicated medians (outside their central 99%: a conflict between the "
+            "priors and the data's scale). "
+            + (f'<span class="fail">Conflicts: {_e(", ".join(conflicts))}</span>' if conflicts
+               else '<span class="pass">No conflict.</span>') + "</p>"
+            + _table(["#", "kind", "observed median [s]", "prior median [s]", "prior 90% [s]",
+                      "p", "flag"], rows, left=2, left_last=True,
+                     row_class=lambda i: "flag" if prior["rows"][i]["conflict"] else ""))
 
 
 def build_report(posterior, *, plan: dict | None = None, n_draws: int = 200, seed: int = 0,

@@ -48,6 +48,12 @@ def test_report_has_every_section_and_no_network_reference(report_path, posterio
     for cfg in posterior.configs["config"]:
         assert cfg in text
     assert "tp=2" in text and "ttft_p90" in text  # the plan's options and SLOs
+    # the prior predictive check, one row per configuration and kind
+    assert 'data-table="prior-predictive"' in text
+    table = text[text.index('data-table="prior-predictive"'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr>") + table.count('<tr class="flag">') == 1 + len(
+        posterior.configs) + posterior.data.obs.groupby("config")["kind"].nunique().sum()
     # the answer first: capacity, then latency, then trust, then the coefficients
     order = [text.index(m) for m in ('data-figure="plan"', 'data-figure="latency"',
                                      'id="diagnostics"', 'id="coefficients"')]
