@@ -63,7 +63,9 @@ def fit_and_save(data: ModelData, out_path, *, method="nuts", priors=None, sampl
             for c in checks))
     echo(format_diagnostics(model.fit_info["diagnostics"]))
     echo(format_bound_report(model.fit_info["physical_bounds"]))
-    echo(f"fit took {model.fit_info['wall_s']:.1f} s")
+    compile_s = model.fit_info.get("compile_s") or 0.0
+    echo(f"fit took {model.fit_info['wall_s']:.1f} s"
+         + (f" (nutpie's compile step {compile_s:.1f} s)" if compile_s else ""))
     if out_path is not None:
         save_posterior(model, out_path)
         echo(f"wrote {out_path}")

@@ -125,6 +125,7 @@ class LatencyModel:
         self._laplace_info: dict | None = None  # the last NUTS fit's preconditioning
         self._importance: dict | None = None  # the last summary fit's PSIS check
         self._draw_checks: list | None = None  # the last adaptive NUTS run's checkpoints
+        self._compile_s = 0.0  # the last fit's time in nutpie's compile step (0: reused)
         self.summaries = None  # per-configuration likelihood summaries (likelihood="summary")
         self._chains = None  # a summary fit's NUTS draws before importance resampling
         self.idata = None
@@ -394,6 +395,7 @@ class LatencyModel:
             progressbar = show_progress()
         cfg = {**self.sampler_config, **overrides}
         self._importance = None
+        self._compile_s = 0.0
         started = time.perf_counter()
         if method in ("nuts", "nutpie"):
             idata = self._fit_nutpie(cfg, progressbar)
@@ -416,7 +418,7 @@ class LatencyModel:
         self.idata = idata
         from bayesblis.model.diagnostics import diagnose
 
-        self.fit_info = {"method": method, "wall_s": wall_s,
+        self.fit_info = {"method": method, "wall_s": wall_s, "compile_s": self._compile_s,
                          "n_obs": int(len(self.data.obs)),
                          "obs_per_kind": self.data.obs["kind"].value_counts().to_dict(),
                          "sampler_config": {k: v for k, v in cfg.items()},
@@ -460,7 +462,9 @@ class LatencyModel:
             raise BayesBlisError("NUTS needs the whole likelihood: build without minibatch_size")
         use_laplace = self._use_laplace(cfg)  # before compiling: a wrong setting fails fast
         if self._compiled is None or self._compiled_backend != cfg["nuts_backend"]:
+            compile_started = time.perf_counter()
             self.compile_nuts(cfg)
+            self._compile_s = time.perf_counter() - compile_started
         compiled = self._compiled
         if self._weighted_data is not None and self._compiled_backend == "numba":
             compiled = compiled.with_data(**self._weighted_data)

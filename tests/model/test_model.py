@@ -158,6 +158,7 @@ def test_fit_is_diagnosed_and_round_trips(tiny_fit):
     post = load_posterior(path)
     assert list(post.configs["config"]) == list(model.data.configs["config"])
     assert post.fit_info["diagnostics"]["divergences"] == diag["divergences"]
+    assert 0 < post.fit_info["compile_s"] < post.fit_info["wall_s"]  # numba compiled here
     assert post.versions["pymc"]
     assert "prior" in post.idata.groups()
 
