@@ -632,6 +632,7 @@ def option_tasks(scenario, posterior, option_settings: list[dict], slos: list[SL
             if discrepancy else None
         tasks.append({"scenario": sc, "settings": settings, "draws": draws, "slos": list(slos),
                       "search": search, "n_workers": n_workers, "discrepancy": rule,
+                      "caveats": sc.caveats(deployment),
                       "coefficients": {"source": posterior_source, "config": cd.config,
                                        "seen_config": bool(cd.seen_config),
                                        "unseen_levels": {k: str(v) for k, v in cd.unseen_levels.items()},
@@ -696,11 +697,11 @@ def run_plan(scenario, posterior, slos: list[SLO], option_settings: list[dict] |
 
 
 def option_caveats(tasks: list[dict]) -> list[str]:
-    """Each distinct `Scenario.caveats` text of the options, prefixed with the options it
-    applies to when not all."""
+    """Each distinct caveat of the options (`Scenario.caveats` of the deployment each option
+    simulates, kept in its task), prefixed with the options it applies to when not all."""
     by_text: dict[str, list[str]] = {}
     for t in tasks:
-        for text in t["scenario"].caveats():
+        for text in t["caveats"]:
             by_text.setdefault(text, []).append(option_label(t["settings"]))
     return [text if len(labels) == len(tasks) else f"options {'; '.join(labels)}: {text}"
             for text, labels in by_text.items()]

@@ -521,7 +521,8 @@ def test_caveats_name_the_options_they_apply_to():
                                           "prompt_tokens": 100, "output_tokens": 10}})
 
     def tasks(axes):
-        return [{"scenario": apply_option(sc, o), "settings": o} for o in parse_options(axes)]
+        return [{"settings": o, "caveats": apply_option(sc, o).caveats()}
+                for o in parse_options(axes)]
 
     (text,) = option_caveats(tasks(["generation_config=auto,vllm"]))
     assert text.startswith("options generation_config=auto: the model's generation_config.json")
