@@ -22,7 +22,7 @@ from bayesblis import __version__, atomic
 from bayesblis.features.alpha import ALPHA_FEATURES
 
 GO_FORMAT = "bayesblis-go"
-GO_FORMAT_VERSION = 3
+GO_FORMAT_VERSION = 4
 
 
 def go_record(deployment, beta, alpha_us, *, noise_sigma: float = 0.0, noise_nu: float = 30.0,
@@ -59,6 +59,7 @@ def go_record(deployment, beta, alpha_us, *, noise_sigma: float = 0.0, noise_nu:
         "moe_coeff_s": float(fm.moe_coeff_s), "n_experts": int(fm.n_experts),
         "experts_per_tok": int(fm.experts_per_tok),
         "routed_compute_s_per_token": float(fm.routed_compute_s_per_token),
+        "cuda_graph_max_tokens": int(fm.cuda_graph_max_tokens),
         "attention_compute_s": np.asarray(fm.attention_compute, float).tolist(),
         "weight_traffic_index": int(WEIGHT_TRAFFIC_INDEX), "tp_comm_index": int(TP_COMM_INDEX),
         "allreduce_tokens": np.asarray(fm.allreduce_tokens, float).tolist(),
@@ -227,5 +228,6 @@ def step_seconds(record: dict, aggregates) -> np.ndarray:
                     routed_compute_s_per_token=float(record["routed_compute_s_per_token"]),
                     attention_compute=np.asarray(record["attention_compute_s"], float),
                     allreduce_tokens=np.asarray(record["allreduce_tokens"], float),
-                    allreduce_step_s=np.asarray(record["allreduce_step_s"], float))
+                    allreduce_step_s=np.asarray(record["allreduce_step_s"], float),
+                    cuda_graph_max_tokens=int(record["cuda_graph_max_tokens"]))
     return fm.apply(np.atleast_2d(np.asarray(aggregates, float))) @ np.asarray(record["beta"], float)

@@ -9,8 +9,10 @@ ingest and fit within 3 minutes on 2 cores, diagnostics PASS on three seeds. Run
 on the machine: other work on the 2 cores slows the fit, not its draws.
 
     python3 benchmarks/quick_tour.py [--seeds 1 2 3] [--out benchmarks/results/quick_tour.json]
+        [--keep DIR]
 
-Writes benchmarks/results/quick_tour.json (or --out).
+Writes benchmarks/results/quick_tour.json (or --out); with --keep, each seed's dataset and
+posterior stay in DIR (`posterior-SEED.nc`: what benchmarks/new_models.py reads).
 """
 
 from __future__ import annotations
@@ -83,14 +85,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/quick_tour.json")
+    ap.add_argument("--keep", type=Path, help="keep each seed's dataset and posterior here")
     args = ap.parse_args(argv)
     if not (data_dir() / RUNS).is_dir():
         raise SystemExit(f"{data_dir() / RUNS}: not found (set BAYESBLIS_DATA to the shared data)")
     load_start = os.getloadavg()
     rows = []
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bayesblis-quick-tour-") as tmp:
         for seed in args.seeds:
-            rows.append(one_seed(seed, Path(tmp)))
+            rows.append(one_seed(seed, args.keep or Path(tmp)))
             r = rows[-1]
             print(f"seed {seed}: ingest {r['ingest_s']:.1f} s + fit {r['fit_command_s']:.1f} s = "
                   f"{r['total_s']:.1f} s; {'PASS' if r['passed'] else 'FAIL'} at "

@@ -111,13 +111,38 @@ def roofline_excess(features: np.ndarray, routed_compute_s=0.0, routed_memory_s=
     return features
 
 
+PAD_MOE_TOKENS = True
+"""Whether an MoE step's routed experts are those its CUDA-graph padded batch touches
+(`cuda_graph_tokens`) rather than its own tokens' (docs/kernel-db.md)."""
+CUDA_GRAPH_MAX_TOKENS = 512
+"""vLLM V1's largest CUDA-graph batch by default (min(2 x max_num_seqs, 512); vLLM
+0.15.1 `CompilationConfig.max_cudagraph_capture_size`): a step of at most this many tokens
+runs padded up to a captured size (`cuda_graph_tokens`)."""
+
+
+def cuda_graph_tokens(tokens, max_tokens: int = CUDA_GRAPH_MAX_TOKENS) -> np.ndarray:
+    """Tokens a step's layers run on in vLLM V1 with CUDA graphs: `tokens` padded up to the
+    next captured size (1, 2, 4, then multiples of 8 to 256 and of 16 to `max_tokens`, its
+    default capture list); larger steps and `max_tokens` 0 run unpadded. The padded rows
+    hold stale inputs and pass through the router like tokens, so an MoE step reads the
+    experts they touch too (vLLM 0.15.1 `gpu_model_runner`: the CUDA-graph dispatcher's
+    padded batch is what the model runs)."""
+    t = np.asarray(tokens, dtype=float)
+    if max_tokens <= 0:
+        return t
+    padded = np.where(t <= 2, np.ceil(t), np.where(t <= 4, 4.0, np.where(
+        t <= 256, np.ceil(t / 8) * 8, np.ceil(t / 16) * 16)))
+    return np.where(t > max_tokens, t, padded)
+
+
 @dataclass(frozen=True)
 class FeatureMap:
     """features = roofline_excess(A @ weights + bias + moe_term(T) e_weight_traffic
     + allreduce_term(T) e_tp_comm, routed_compute_s_per_token T, moe_term(T),
     A @ attention_compute), where A is [n_steps, len(AGGREGATES)], T =
     prefill_tokens + num_decode_reqs, moe_term(T) = moe_coeff_s x n_experts x (1 - (1 -
-    top_k/n_experts)^T) and allreduce_term(T) the step's all-reduces at T tokens,
+    top_k/n_experts)^P) with P = cuda_graph_tokens(T, cuda_graph_max_tokens) (the padded
+    rows are routed too) and allreduce_term(T) the step's all-reduces at T tokens,
     interpolated linearly on (allreduce_tokens, allreduce_step_s) (empty: none)."""
 
     weights: np.ndarray          # [len(AGGREGATES), len(BETA_FEATURES)], seconds per unit
@@ -130,6 +155,7 @@ class FeatureMap:
     # [len(AGGREGATES)]: attention's FLOP time per unit of each aggregate (in the compute columns)
     allreduce_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))  # increasing
     allreduce_step_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # at those tokens
+    cuda_graph_max_tokens: int = 0  # steps up to this many tokens run padded (0: none)
 
     def expected_distinct_experts(self, tokens) -> np.ndarray:
         """E[distinct routed experts per MoE layer touched by `tokens` tokens],
@@ -141,8 +167,9 @@ class FeatureMap:
         return self.n_experts * (1.0 - np.power(miss, tokens))
 
     def moe_term_s(self, tokens) -> np.ndarray:
-        """Seconds to read the routed experts the step's tokens touch."""
-        return self.moe_coeff_s * self.expected_distinct_experts(tokens)
+        """Seconds to read the routed experts the step's tokens (CUDA-graph padded) touch."""
+        padded = cuda_graph_tokens(tokens, self.cuda_graph_max_tokens)
+        return self.moe_coeff_s * self.expected_distinct_experts(padded)
 
     def allreduce_term_s(self, tokens) -> np.ndarray:
         """Seconds of the step's measured all-reduces at `tokens` tokens (0 without a curve)."""
@@ -277,7 +304,8 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
                       n_experts=m.n_experts if m.is_moe else 0,
                       experts_per_tok=m.n_experts_per_tok if m.is_moe else 0,
                       routed_compute_s_per_token=routed / compute, attention_compute=attention_compute,
-                      allreduce_tokens=allreduce_tokens, allreduce_step_s=allreduce_step_s)
+                      allreduce_tokens=allreduce_tokens, allreduce_step_s=allreduce_step_s,
+                      cuda_graph_max_tokens=CUDA_GRAPH_MAX_TOKENS if PAD_MOE_TOKENS else 0)
 
 
 def linear_layer_features(deployment: Deployment, tokens, *, layer_constant: bool = True,

@@ -172,12 +172,12 @@ class EngineRun:
 # Constants layout: [n_features, n_aggregates, weight_traffic_index, moe_coeff_s,
 # n_experts, experts_per_tok, prefill_compute_index, decode_compute_index,
 # kv_traffic_index, roofline_mfu, tp_comm_index, routed_compute_s_per_token,
-# W (n_agg x n_feat, row-major),
+# cuda_graph_max_tokens, W (n_agg x n_feat, row-major),
 # bias (n_feat), attention FLOP time per aggregate (n_agg), n_curve, curve tokens
 # (n_curve), curve seconds (n_curve)]
-# -- the affine `features.beta.FeatureMap`, its MoE expert-traffic term, its measured
-# all-reduce curve and its rooflines.
-_HEADER = 12
+# -- the affine `features.beta.FeatureMap`, its MoE expert-traffic term (on the CUDA-graph
+# padded tokens), its measured all-reduce curve and its rooflines.
+_HEADER = 13
 
 
 def deployment_constants(deployment) -> np.ndarray:
@@ -196,7 +196,7 @@ def deployment_constants(deployment) -> np.ndarray:
     n_agg, n_feat = w.shape
     head = [n_feat, n_agg, WEIGHT_TRAFFIC_INDEX, fm.moe_coeff_s, fm.n_experts, fm.experts_per_tok,
             COMPUTE_INDICES[0], COMPUTE_INDICES[1], MEMORY_INDICES[1], ROOFLINE_MFU, TP_COMM_INDEX,
-            fm.routed_compute_s_per_token]
+            fm.routed_compute_s_per_token, fm.cuda_graph_max_tokens]
     curve = [np.asarray([len(fm.allreduce_tokens)], float), np.asarray(fm.allreduce_tokens, float),
              np.asarray(fm.allreduce_step_s, float)]
     return np.concatenate([np.asarray(head, float), w.ravel(), np.asarray(fm.bias, float),
@@ -241,6 +241,20 @@ def _aggregate_dot(c, start, stride, p_tok, p_ctx, p_pairs, n_p, n_d, d_ctx, off
             + d_ctx * c[start + 5 * stride] + offload * c[start + 6 * stride])
 
 
+@nb.njit(cache=True, inline="always")
+def _cuda_graph_tokens(tokens, max_tokens):
+    """= features.beta.cuda_graph_tokens for one step."""
+    if max_tokens <= 0.0 or tokens > max_tokens:
+        return tokens
+    if tokens <= 2.0:
+        return np.ceil(tokens)
+    if tokens <= 4.0:
+        return 4.0
+    if tokens <= 256.0:
+        return np.ceil(tokens / 8.0) * 8.0
+    return np.ceil(tokens / 16.0) * 16.0
+
+
 @nb.njit(cache=True)
 def _features(c, p_tok, p_ctx, p_pairs, n_p, n_d, d_ctx, offload, out):
     """Beta features (s) of one step from its aggregates into `out`
@@ -256,7 +270,7 @@ def _features(c, p_tok, p_ctx, p_pairs, n_p, n_d, d_ctx, offload, out):
     routed_m = 0.0
     if n_exp > 0:
         miss = 1.0 - c[5] / n_exp
-        routed_m = c[3] * n_exp * (1.0 - miss ** (p_tok + n_d))
+        routed_m = c[3] * n_exp * (1.0 - miss ** _cuda_graph_tokens(p_tok + n_d, c[12]))
         out[int(c[2])] += routed_m
     # measured all-reduces of the step (= FeatureMap.allreduce_term_s: np.interp)
     a0 = b0 + n_feat

@@ -75,6 +75,7 @@ type bayesblisFile struct {
 	NExperts        float64     `json:"n_experts"`
 	ExpertsPerTok   float64     `json:"experts_per_tok"`
 	RoutedComputeS  float64     `json:"routed_compute_s_per_token"` // routed experts' FLOP time per token (their own roofline)
+	CUDAGraphMaxTok float64     `json:"cuda_graph_max_tokens"`      // steps up to this many tokens route their CUDA-graph padded batch (0: none)
 	AttentionComp   []float64   `json:"attention_compute_s"`        // [aggregate]: attention's FLOP time per unit (its own roofline)
 	WeightIndex     int         `json:"weight_traffic_index"`
 	TPCommIndex     int         `json:"tp_comm_index"`
@@ -165,8 +166,8 @@ func (f *bayesblisFile) validate() error {
 	if f.Format != BayesblisFormat {
 		return fmt.Errorf("format %q, expected %q", f.Format, BayesblisFormat)
 	}
-	if f.FormatVersion != 3 {
-		return fmt.Errorf("format_version %d, expected 3", f.FormatVersion)
+	if f.FormatVersion != 4 {
+		return fmt.Errorf("format_version %d, expected 4", f.FormatVersion)
 	}
 	if len(f.Aggregates) != len(bayesblisAggregates) {
 		return fmt.Errorf("aggregates %v, expected %v", f.Aggregates, bayesblisAggregates)
@@ -220,6 +221,23 @@ func (f *bayesblisFile) validate() error {
 	return nil
 }
 
+// cudaGraphTokens is the step's tokens padded up to vLLM's next CUDA-graph size (1, 2, 4,
+// multiples of 8 to 256, of 16 to maxTokens); larger steps and maxTokens 0 run unpadded
+// (bayesblis features.beta.cuda_graph_tokens).
+func cudaGraphTokens(tokens, maxTokens float64) float64 {
+	switch {
+	case maxTokens <= 0 || tokens > maxTokens:
+		return tokens
+	case tokens <= 2:
+		return math.Ceil(tokens)
+	case tokens <= 4:
+		return 4
+	case tokens <= 256:
+		return math.Ceil(tokens/8) * 8
+	}
+	return math.Ceil(tokens/16) * 16
+}
+
 // StepSeconds is the noise-free step time (s) of one step's aggregates (exported for tests).
 func (m *BayesblisModel) StepSeconds(agg []float64) float64 {
 	f := &m.f
@@ -233,7 +251,7 @@ func (m *BayesblisModel) StepSeconds(agg []float64) float64 {
 	routedMem := 0.0 // the routed experts' bytes the step reads (s)
 	if f.NExperts > 0 {
 		miss := 1.0 - f.ExpertsPerTok/f.NExperts
-		routedMem = f.MoECoeffS * f.NExperts * (1.0 - math.Pow(miss, agg[0]+agg[4]))
+		routedMem = f.MoECoeffS * f.NExperts * (1.0 - math.Pow(miss, cudaGraphTokens(agg[0]+agg[4], f.CUDAGraphMaxTok)))
 		m.feat[f.WeightIndex] += routedMem
 	}
 	if n := len(f.ARTokens); n > 0 { // measured all-reduces, linear between the points (numpy interp)

@@ -136,11 +136,15 @@ def test_go_record_and_trace(tmp_path):
     beta = np.linspace(0.5, 3.0, len(BETA_FEATURES))
     rec = go_record(dep, beta, [3000.0, 1.0, 20.0, 15.0])
     agg = np.array([[512, 100, 512 * 100 + 512 * 513 / 2, 1, 30, 30 * 700, 0],
-                    [0, 0, 0, 0, 64, 64 * 1200, 0], [2048, 0, 2048 * 2049 / 2, 3, 0, 0, 0]])
+                    [0, 0, 0, 0, 64, 64 * 1200, 0], [2048, 0, 2048 * 2049 / 2, 3, 0, 0, 0],
+                    [0, 0, 0, 0, 5, 5 * 900, 0]])  # 5 decodes route a CUDA-graph batch of 8
     names = ("prefill_tokens", "prefill_context_tokens", "prefill_attention_pairs",
              "num_prefill_reqs", "num_decode_reqs", "decode_context_tokens", "offload_blocks")
     kernel = step_features(deployment_constants(dep), dict(zip(names, agg.T))) @ beta
     np.testing.assert_allclose(step_seconds(rec, agg), kernel, rtol=1e-12)
+    assert rec["cuda_graph_max_tokens"] == 512
+    unpadded = step_seconds({**rec, "cuda_graph_max_tokens": 0}, agg)
+    assert unpadded[3] < kernel[3] and np.allclose(unpadded[:3], kernel[:3], rtol=1e-12)
     path = tmp_path / "c.json"
     path.write_text(json.dumps(rec))
     assert read_go_file(path)["config"] == dep.config_key

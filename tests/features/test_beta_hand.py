@@ -10,6 +10,7 @@ import pytest
 
 from bayesblis.features import (AGGREGATES, BETA_FEATURES, Deployment, beta_feature_matrix,
                                 beta_features, feature_weights)
+from bayesblis.features.beta import cuda_graph_tokens
 
 P_H100 = 989.4e12
 BW_H100 = 3.35e12
@@ -164,6 +165,26 @@ def test_mixtral_tp2_distinct_expert_weights():
     f = raw_features(d, dict(agg, num_decode_reqs=1))
     expected = (dense_gemm * d.compute_factor + routed + 4 * 32 * 32 * 128 * 8000) / (2 * P_H100)
     assert f["decode_compute_s"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_moe_term_routes_the_cuda_graph_padded_batch():
+    # vLLM runs a step of <= 512 tokens padded to a captured size (1, 2, 4, 8, 16, ...);
+    # the padded rows are routed too. Mixtral TP2, 3 decodes: the experts of 4 rows,
+    # 8 (1 - 0.75^4) = 5.46875, not 8 (1 - 0.75^3) = 4.625; 11 decodes route 16 rows
+    d = Deployment("mixtral-8x7b", "H100", tp=2)
+    agg = dict(prefill_tokens=0, prefill_context_tokens=0, prefill_attention_pairs=0,
+               num_prefill_reqs=0, decode_context_tokens=8000)
+    w = BETA_FEATURES.index("weight_traffic_s")
+    dense, expert = 2_949_128_192 * d.weight_stream_factor, 352_321_536
+    three = beta_features(d, num_decode_reqs=3, **agg)[0, w]
+    assert three == pytest.approx((dense + 32 * 5.46875 * expert) / (2 * BW_H100), rel=1e-9)
+    eleven = beta_features(d, num_decode_reqs=11, **agg)[0, w]
+    sixteen = beta_features(d, num_decode_reqs=16, **agg)[0, w]
+    assert eleven == pytest.approx(sixteen, rel=1e-12)
+    # above the largest captured size (512) a step runs unpadded
+    assert list(cuda_graph_tokens([0, 1, 2, 3, 5, 9, 250, 257, 512, 513])) == [
+        0, 1, 2, 4, 8, 16, 256, 272, 512, 513]
+    assert list(cuda_graph_tokens([3, 11], max_tokens=0)) == [3, 11]
 
 
 def test_moe_step_has_one_roofline_per_kernel_group():
