@@ -113,7 +113,7 @@ def roofline_excess(features: np.ndarray, routed_compute_s=0.0, routed_memory_s=
 
 PAD_MOE_TOKENS = True
 """Whether an MoE step's routed experts are those its CUDA-graph padded batch touches
-(`cuda_graph_tokens`) rather than its own tokens' (docs/kernel-db.md)."""
+(`cuda_graph_tokens`) rather than its own tokens' (data_specs/features.md)."""
 CUDA_GRAPH_MAX_TOKENS = 512
 """vLLM V1's largest CUDA-graph batch by default (min(2 x max_num_seqs, 512); vLLM
 0.15.1 `CompilationConfig.max_cudagraph_capture_size`): a step of at most this many tokens
