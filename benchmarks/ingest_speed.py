@@ -47,6 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
+from provenance import shared_data_dir  # noqa: E402 (benchmarks/, the script's folder)
+
 EXPERIMENT = "20260217-202857-llama-2-70b-tp4-general"
 STEP_ID = re.compile(rb'("key":"step\.id","value":\{"intValue":")(\d+)(")')
 
@@ -80,10 +82,6 @@ print(json.dumps({"wall_s": wall, "baseline_rss_kb": base, "peak_rss_kb": peak,
 """
 
 
-def data_dir() -> Path:
-    return Path(os.environ.get("BAYESBLIS_DATA", ROOT.parent / "shared" / "data"))
-
-
 def write_base(folder: Path, n_requests: int) -> Path:
     """Simulate `n_requests` requests and write their OTEL trace into `folder`."""
     from bayesblis.simulate.engine import deployment_constants, run_engine
@@ -91,7 +89,7 @@ def write_base(folder: Path, n_requests: int) -> Path:
     from bayesblis.simulate.trace_writer import write_traces
     from bayesblis.synth import NOISE_NU, Truth
 
-    sc = Scenario.from_inference_perf(data_dir() / "real" / "h100-inference-perf" / EXPERIMENT,
+    sc = Scenario.from_inference_perf(shared_data_dir() / "real" / "h100-inference-perf" / EXPERIMENT,
                                       hardware="H100-SXM")
     spec = dict(sc.workload_spec)
     spec["stages"] = [{"rate": 8.0, "duration": n_requests / 8.0}]

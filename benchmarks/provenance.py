@@ -1,7 +1,9 @@
-"""What every benchmark result records about the code it ran: the git commit."""
+"""What every benchmark result records about the code it ran (the git commit), and where the
+benchmarks read the shared data."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -15,3 +17,8 @@ def git_commit() -> str | None:
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def shared_data_dir() -> Path:
+    """The shared data folder: $BAYESBLIS_DATA, else ../shared/data beside the repository."""
+    return Path(os.environ.get("BAYESBLIS_DATA", REPO.parent / "shared" / "data"))

@@ -31,12 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
+from provenance import git_commit, shared_data_dir  # noqa: E402 (benchmarks/, the script's folder)
+
 TARGET_S = 180.0
 RUNS = "real/h100-inference-perf"
-
-
-def data_dir() -> Path:
-    return Path(os.environ.get("BAYESBLIS_DATA", ROOT.parent / "shared" / "data"))
 
 
 def timed(argv: list[str]) -> float:
@@ -57,7 +55,7 @@ def one_seed(seed: int, work: Path) -> dict:
 
     dataset, posterior = work / f"ds-{seed}", work / f"posterior-{seed}.nc"
     cli = [sys.executable, "-m", "bayesblis"]
-    ingest_s = timed([*cli, "ingest", str(data_dir() / RUNS), "--hardware", "H100",
+    ingest_s = timed([*cli, "ingest", str(shared_data_dir() / RUNS), "--hardware", "H100",
                       "--out", str(dataset)])
     fit_s = timed([*cli, "fit", str(dataset), "--out", str(posterior), "--seed", str(seed),
                    "--quiet"])
@@ -77,7 +75,6 @@ def one_seed(seed: int, work: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    from provenance import git_commit
     from bayesblis import __version__
     from bayesblis.atomic import write_json
     from bayesblis.constants import MODEL_VERSION
@@ -87,8 +84,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/quick_tour.json")
     ap.add_argument("--keep", type=Path, help="keep each seed's dataset and posterior here")
     args = ap.parse_args(argv)
-    if not (data_dir() / RUNS).is_dir():
-        raise SystemExit(f"{data_dir() / RUNS}: not found (set BAYESBLIS_DATA to the shared data)")
+    if not (shared_data_dir() / RUNS).is_dir():
+        raise SystemExit(f"{shared_data_dir() / RUNS}: not found (set BAYESBLIS_DATA to the shared data)")
     load_start = os.getloadavg()
     rows = []
     if args.keep:

@@ -38,14 +38,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
+from provenance import shared_data_dir  # noqa: E402 (benchmarks/, the script's folder)
+
 import numpy as np  # noqa: E402
 
 EXPERIMENT = "20260217-202857-llama-2-70b-tp4-general"
 HARDWARE = "H100-SXM"
-
-
-def data_dir() -> Path:
-    return Path(os.environ.get("BAYESBLIS_DATA", ROOT.parent / "shared" / "data"))
 
 
 def build(folder: Path):
@@ -104,7 +102,7 @@ def main(argv=None) -> int:
     from bayesblis.simulate.engine import deployment_constants, run_engine
     from bayesblis.simulate.results import run_scenario
 
-    folder = data_dir() / "real" / "h100-inference-perf" / EXPERIMENT
+    folder = shared_data_dir() / "real" / "h100-inference-perf" / EXPERIMENT
     sc, dep, draws = build(folder)
     cfg = sc.engine_config(dep)
     w = sc.build_workload()
