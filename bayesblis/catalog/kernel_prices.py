@@ -19,6 +19,10 @@ runs' hardware) so the fitted coefficients keep their meaning:
   the model's (per GPU, dtype and expert TP/EP): Mixtral-8x7B on H100 bf16 TP 2 0.93, FP8
   fused MoE about 1.0-1.1 on H100; measured and reported, not applied (`PRICE_MOE`);
 - `kv_factor`: decode attention's KV streaming past L2 (A100 1.16, H200 1.13, L40S 0.98);
+- `prefill_attention_factor`: prefill (context) attention's measured time over its FLOPs at
+  the bf16 peak, at prompts of `PREFILL_ATTENTION_TOKENS` or more, relative to the
+  reference's dense GEMMs at prefill sizes (H100 1.50, A100 1.46, H200 1.49, L40S 1.77):
+  FlashAttention reaches about 0.53 of H100's peak where the GEMMs reach 0.79;
 - `allreduce_curve`: the time of the all-reduce vLLM runs at the TP (its custom kernel
   over NVLink, with its one-shot/two-shot switch; NCCL over PCIe) by message size, which
   prices a step's all-reduces whole (its per-byte and per-call summaries feed
@@ -102,6 +106,12 @@ ALLREDUCE_BYTES = (256 * 2**10, 32 * 2**20)
 """Message sizes the all-reduce line is fitted over: 16 to 2,048 tokens of an 8192-wide model."""
 SMALL_ALLREDUCE_BYTES = 64 * 2**10
 """Messages up to this size (4 tokens of an 8192-wide model) are latency-bound."""
+PREFILL_ATTENTION_TOKENS = 4096
+"""Prompts of at least this many tokens price prefill attention: there its FLOPs outweigh
+the kernel's per-token work (1.7-1.9x the FLOP time on the SXM GPUs; at 1,024 tokens
+2-6x, a few per cent of a prefill step)."""
+PRICE_PREFILL_ATTENTION = True
+"""Whether prefill attention's FLOPs carry `prefill_attention_factor` (model version 13)."""
 MOE_DISTRIBUTION = "balanced"
 """The routing of the fused-MoE points read (tokens spread round-robin over the experts)."""
 MOE_FALLBACK_DISTRIBUTION = "power_law_1.01"
@@ -142,8 +152,9 @@ def layer_gemms(model, tp: int) -> list[tuple[int, int, float]]:
 def measure(db) -> dict:
     """The catalog document's tables from a `KernelDb` (FRAMEWORK_VERSION): ``gemm``
     {gpu: {dtype: grid}}, ``decode_attention`` {gpu: ratio}, ``allreduce`` {gpu: {tp: fit}},
-    ``moe`` {gpu: [shape ratios]}."""
+    ``moe`` {gpu: [shape ratios]}, ``prefill_attention`` {gpu: ratio}."""
     return {"gemm": measure_gemm(db), "decode_attention": measure_decode_attention(db),
+            "prefill_attention": measure_prefill_attention(db) if "prefill_attention" in db.tables else {},
             "allreduce": measure_allreduce(db), "moe": measure_moe(db) if "moe" in db.tables else {}}
 
 
@@ -195,6 +206,25 @@ def measure_decode_attention(db) -> dict:
         time_s = rows["latency_us"].to_numpy(float)[past] * 1e-6
         bytes_s = kv_bytes[past] / load_gpu(gpu).hbm_bandwidth_bytes_per_s
         out[str(gpu)] = round(float(np.median(time_s / bytes_s)), 4)
+    return out
+
+
+def measure_prefill_attention(db) -> dict:
+    """{gpu: ratio}: median of bf16 prefill attention's measured time over its causal FLOPs
+    (4 x batch x heads x head_dim x prompt (prompt + 1) / 2) at the GPU's bf16 peak, over the
+    points of at least PREFILL_ATTENTION_TOKENS prompt tokens."""
+    from bayesblis.catalog.gpus import load_gpu
+
+    table = _version(db["prefill_attention"])
+    out = {}
+    for gpu, rows in table.groupby("gpu", observed=True, sort=True):
+        rows = rows[(rows["kv_cache_dtype"] == "bf16") & (rows["prompt_tokens"] >= PREFILL_ATTENTION_TOKENS)]
+        if len(rows) < 10:
+            continue
+        prompt = rows["prompt_tokens"].to_numpy(float)
+        flops = (4.0 * rows["batch_size"] * rows["num_heads"] * rows["head_dim"]).to_numpy(float) * prompt * (prompt + 1) / 2
+        time_s = rows["latency_us"].to_numpy(float) * 1e-6
+        out[str(gpu)] = round(float(np.median(time_s / (flops / load_gpu(str(gpu)).peak_flops("bf16")))), 4)
     return out
 
 
@@ -481,6 +511,18 @@ def kv_factor(gpu) -> float | None:
 
 
 @lru_cache(maxsize=64)
+def prefill_attention_factor(gpu) -> float | None:
+    """Prefill attention's measured FLOP time on `gpu` (`measure_prefill_attention`) over
+    the reference's dense GEMMs at prefill sizes (`reference_ratios`), so that the prefill
+    compute coefficient, which carries the GEMMs' ratio, prices attention at its own. A GPU
+    without the table takes the reference GPU's (the kernel's efficiency against the GEMMs,
+    not a datasheet); None without either."""
+    ratios, ref = catalog().get("prefill_attention", {}), reference_ratios()
+    own = ratios.get(gpu.name, ratios.get(REFERENCE[0]))
+    return None if own is None or ref is None else own / ref[1]
+
+
+@lru_cache(maxsize=64)
 def allreduce_curve(gpu, tp: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(message bytes, seconds) of one all-reduce vLLM runs over `tp` GPUs of `gpu`, as
     measured (increasing bytes), made non-decreasing (a larger message is never faster: the
@@ -500,7 +542,7 @@ def build(kernel_db_dir, out=CATALOG_FILE) -> dict:
     nccl = {p.name for p in Path(kernel_db_dir).glob("*/comm/nccl/*") if p.is_dir()}
     db = read_kernel_db(kernel_db_dir, versions=[FRAMEWORK_VERSION, *sorted(nccl)])
     doc = {"source": f"kernel-db, vLLM {FRAMEWORK_VERSION} GEMM (m in {list(TOKENS)}), decode attention, "
-                     f"fused-MoE ({MOE_DISTRIBUTION}) and custom all-reduce tables, NCCL {NCCL_VERSION} all-reduce without NVLink "
+                     f"prefill attention, fused-MoE ({MOE_DISTRIBUTION}) and custom all-reduce tables, NCCL {NCCL_VERSION} all-reduce without NVLink "
                      f"(built from {Path(kernel_db_dir).name}/ by python3 -m bayesblis.catalog.kernel_prices)",
            **measure(db)}
     write_json(out, doc)
@@ -512,7 +554,7 @@ def clear_caches() -> None:
     """Forget what was read or priced from the catalog file (after it was rewritten, or
     pointed elsewhere)."""
     for cached in (catalog, reference_ratios, factor, compute_factor, gpu_compute_factor, moe_ratio,
-                   moe_factor, kv_factor, allreduce_curve):
+                   moe_factor, kv_factor, prefill_attention_factor, allreduce_curve):
         cached.cache_clear()
 
 

@@ -253,7 +253,8 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
     linear = (d.compute_factor * (m.linear_flops_per_token - routed) + routed) / compute
     lm_head = d.compute_factor * m.lm_head_flops_per_token / compute
     attention_compute = np.zeros(len(AGGREGATES))
-    attention_compute[a["prefill_attention_pairs"]] = m.attention_flops_per_pair / attention
+    # prefill attention at the FLOP rate kernel-db measures for it, relative to the GEMMs
+    attention_compute[a["prefill_attention_pairs"]] = d.prefill_attention_factor * m.attention_flops_per_pair / attention
     attention_compute[a["decode_context_tokens"]] = m.decode_attention_flops_per_pair / attention
     W[a["prefill_tokens"], f["prefill_compute_s"]] = linear
     W[a["prefill_attention_pairs"], f["prefill_compute_s"]] = attention_compute[a["prefill_attention_pairs"]]

@@ -61,7 +61,10 @@ class Deployment:
     GPU); or `PRICE_COMPUTE`: their measured time at the dtype's datasheet peak relative to
     H100 bf16 (FP8 GEMMs on H100 reach about half the FLOP rate their datasheet doubles).
     `attention_peak_flops_per_s`: the peak attention runs at (bf16 for FP8 and INT8
-    deployments). `kv_stream_factor`: decode attention's measured KV
+    deployments). `prefill_attention_factor`: prefill attention's measured FLOP time on this
+    GPU relative to the reference's dense GEMMs at prefill sizes
+    (`kernel_prices.prefill_attention_factor`: H100 1.50; 1 unless
+    `kernel_prices.PRICE_PREFILL_ATTENTION`). `kv_stream_factor`: decode attention's measured KV
     streaming time on this GPU relative to H100's (1 where kernel-db lacks the GPU);
     `feature_factors` collects the factors per step feature. `allreduce_curve`: (message
     bytes, seconds) of one all-reduce vLLM runs at this TP (its custom kernel over NVLink,
@@ -90,6 +93,7 @@ class Deployment:
     moe_stream_factor: float = field(init=False)
     compute_factor: float = field(init=False)
     attention_peak_flops_per_s: float = field(init=False)
+    prefill_attention_factor: float = field(init=False)
     kv_stream_factor: float = field(init=False)
     allreduce_curve: tuple | None = field(init=False, compare=False, repr=False)
 
@@ -150,6 +154,8 @@ class Deployment:
         moe_stream = (kernel_prices.moe_factor(model, gpu, tp, ep, compute)
                       if model.is_moe and kernel_prices.PRICE_MOE else None)
         kv_stream = kernel_prices.kv_factor(gpu)
+        prefill_attention = (kernel_prices.prefill_attention_factor(gpu)
+                             if kernel_prices.PRICE_PREFILL_ATTENTION else None)
         allreduce = kernel_prices.allreduce_curve(gpu, tp) if tp > 1 else None
         # FlashAttention computes in bf16 whatever the weights' dtype
         attention_peak = gpu.peak_flops("bf16") if compute in LOW_PRECISION and gpu.supports("bf16") else peak
@@ -162,6 +168,7 @@ class Deployment:
                            ("moe_stream_factor", 1.0 if moe_stream is None else moe_stream),
                            ("compute_factor", 1.0 if gemm_compute is None else gemm_compute),
                            ("attention_peak_flops_per_s", attention_peak),
+                           ("prefill_attention_factor", 1.0 if prefill_attention is None else prefill_attention),
                            ("kv_stream_factor", 1.0 if kv_stream is None else kv_stream),
                            ("allreduce_curve", allreduce)):
             object.__setattr__(self, key, value)
@@ -283,5 +290,6 @@ class Deployment:
             "weight_stream_factor": self.weight_stream_factor,
             "feature_factors": self.feature_factors,
             "attention_peak_flops_per_s": self.attention_peak_flops_per_s,
+            "prefill_attention_factor": self.prefill_attention_factor,
             "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
         }

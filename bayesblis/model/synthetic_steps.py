@@ -1,7 +1,8 @@
 """Synthetic step observations drawn from a known hierarchy (tests and benchmarks).
 
 Each configuration (hardware x model family x TP) gets true coefficients
-``beta = exp(log prior median + u_hardware + u_family + e_config)`` (level effects with
+``beta = floor + exp(log(prior median - floor) + u_hardware + u_family + e_config)`` (the
+model's own form: the floor is 1 for the compute coefficients, 0 else; level effects with
 log-scale sd 0.15, configuration effects with sd 0.05; decode compute equal to prefill
 compute, as in the model: `priors.TIED_BETA`) and ``n_obs`` engine steps whose
 beta features (in seconds of physics-predicted time, see data_specs/features.md) are:
@@ -22,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from bayesblis.model.data import ModelData, config_key
-from bayesblis.model.priors import BETA_PRIORS, PROPORTIONAL_GROUPS, tie_columns
+from bayesblis.model.priors import BETA_PRIORS, PROPORTIONAL_GROUPS, floors, tie_columns
 
 FEATURES = ["prefill_compute_s", "decode_compute_s", "weight_traffic_s", "kv_traffic_s",
             "tp_comm_s", "ep_comm_s", "offload_s", "layer_overhead_s", "request_overhead_s",
@@ -58,7 +59,8 @@ def synthetic_data(hardware=("H100-SXM", "A100-SXM-80GB"),
     ``match_model=True``: the truths follow the model's own pooling (`MODEL_LEVELS`) instead
     of giving every coefficient a hardware, family and configuration effect."""
     rng = np.random.default_rng(seed)
-    mu = np.log([BETA_PRIORS[f]["median"] for f in FEATURES])
+    floor = floors(BETA_PRIORS, FEATURES)
+    mu = np.log([BETA_PRIORS[f]["median"] for f in FEATURES] - floor)
     mask = MODEL_LEVELS if match_model else {level: np.ones(len(FEATURES)) for level in MODEL_LEVELS}
     u_hw = {h: rng.normal(0, 0.15, len(FEATURES)) * mask["hardware"] for h in hardware}
     u_fam = {f: rng.normal(0, 0.15, len(FEATURES)) * mask["family"] for f, _ in families}
@@ -73,7 +75,7 @@ def synthetic_data(hardware=("H100-SXM", "A100-SXM-80GB"),
                 if match_model:  # a proportional group's members deviate together
                     for members in GROUP_MEMBERS:
                         own[members] = rng.normal(0, 0.05)
-                beta = tie_columns(np.exp(mu + u_hw[h] + u_fam[fam] + own), FEATURES)
+                beta = tie_columns(floor + np.exp(mu + u_hw[h] + u_fam[fam] + own), FEATURES)
                 truth[key] = beta
                 X = _step_features(rng, n_obs, tp, LAYERS[fam])
                 y = X @ beta * (1 + noise * rng.standard_t(5, n_obs))

@@ -13,7 +13,7 @@ import pytest
 from bayesblis.catalog import kernel_prices
 from bayesblis.catalog.gpus import load_gpu
 from bayesblis.catalog.models import load_model
-from bayesblis.features import BETA_FEATURES, Deployment, beta_features
+from bayesblis.features import AGGREGATES, BETA_FEATURES, Deployment, beta_features, feature_weights
 
 REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "kernel-db"
 SIZES = [256, 1024, 4096, 16384, 65536]
@@ -23,6 +23,7 @@ TRUTH = {("h100_sxm", "bfloat16"): (0.8, 0.8), ("h100_sxm", "fp8"): (0.4, 0.4),
 DEVICE = {"h100_sxm": "NVIDIA H100 80GB HBM3", "a100_sxm": "NVIDIA A100-SXM4-80GB"}
 GPU = {"h100_sxm": "H100-SXM", "a100_sxm": "A100-SXM-80GB"}
 ATTENTION = {"h100_sxm": 1.25, "a100_sxm": 1.5}   # KV time over bytes at peak, past L2
+PREFILL_ATTENTION = 1.9   # H100 prefill attention's time over its FLOPs at peak, long prompts
 ALLREDUCE = {"h100_sxm": (5.0, 2e-6), "a100_sxm": (7.5, 5e-6)}   # µs, µs per byte at TP 4
 # fused MoE: fraction of datasheet bandwidth per (hidden, inter, experts, top-k) shape; A100
 # has only power-law points, which take POWER_LAW x the balanced time
@@ -76,6 +77,18 @@ def write_truth_db(root: Path) -> Path:
             kernel_source="vllm_flash_attn", isl=1, num_heads=64, num_key_value_heads=8, head_dim=128,
             beam_width=1, attn_dtype="bfloat16", kv_cache_dtype="bfloat16")
         _write(root / gpu / "attention" / "vllm" / "0.14.0", "generation_attention_perf", frame)
+        if gpu == "h100_sxm":   # A100 has no prefill attention table
+            prefill = []
+            for batch in (1, 4, 16):
+                for isl in (1024, 2048, 4096, 6144, 8192, 12288, 16384):
+                    flops = 4 * batch * 32 * 128 * isl * (isl + 1) / 2
+                    ratio = PREFILL_ATTENTION if isl >= kernel_prices.PREFILL_ATTENTION_TOKENS else 5.0
+                    prefill.append((batch, isl, flops / spec.peak_flops("bf16") * ratio * 1e3))
+            frame = pd.DataFrame(prefill, columns=["batch_size", "isl", "latency"]).assign(
+                framework="VLLM", version="0.14.0", device=device, op_name="context_attention",
+                kernel_source="vllm_flash_attn", num_heads=32, num_key_value_heads=8, head_dim=128,
+                beam_width=1, attn_dtype="bfloat16", kv_cache_dtype="bfloat16", step=0)
+            _write(root / gpu / "attention" / "vllm" / "0.14.0", "context_attention_perf", frame)
 
         latency, slope = ALLREDUCE[gpu]
         elements = np.array([64, 128, 2**17, 2**20, 2**23, 2**24])
@@ -141,6 +154,11 @@ def test_factors_recover_the_truth(truth_catalog):
     # decode attention: only the points past L2 price KV streaming (1.5 / 1.25)
     assert truth_catalog["decode_attention"] == {"A100-SXM-80GB": 1.5, "H100-SXM": 1.25}
     assert kernel_prices.kv_factor(a100) == pytest.approx(1.2)
+    # prefill attention: the long prompts' time over FLOPs at peak, over the GEMMs' 1/0.8;
+    # a GPU without the table takes the reference GPU's
+    assert truth_catalog["prefill_attention"] == {"H100-SXM": pytest.approx(PREFILL_ATTENTION)}
+    assert kernel_prices.prefill_attention_factor(h100) == pytest.approx(PREFILL_ATTENTION * 0.8, rel=1e-3)
+    assert kernel_prices.prefill_attention_factor(a100) == kernel_prices.prefill_attention_factor(h100)
     # all-reduce at TP 4: latency of small messages, slope over the ring formula at each link
     summary = {g: truth_catalog["allreduce"][GPU[g]]["4"] for g in GPU}
     formula = {g: 2 * 3 / 4 / load_gpu(GPU[g]).interconnect_bandwidth_bytes_per_s * 1e6 for g in GPU}
@@ -213,6 +231,13 @@ def test_deployments_carry_the_factors(truth_catalog, monkeypatch):
                          num_prefill_reqs=0, num_decode_reqs=100, decode_context_tokens=0)[0]
     assert step[BETA_FEATURES.index("tp_comm_s")] == pytest.approx(160 * 15.692e-6, rel=1e-4)  # ns rounding
     assert step[BETA_FEATURES.index("tp_sync_s")] == 0
+    # prefill attention's FLOPs at their measured rate relative to the GEMMs' (1.9 x 0.8);
+    # decode attention's keep the peak
+    pairs = feature_weights(d).attention_compute
+    flops_s = d.model.attention_flops_per_pair / (4 * d.attention_peak_flops_per_s)
+    assert pairs[AGGREGATES.index("prefill_attention_pairs")] == pytest.approx(1.52 * flops_s, rel=1e-3)
+    monkeypatch.setattr(kernel_prices, "PRICE_PREFILL_ATTENTION", False)
+    assert Deployment("llama-2-70b", "A100", tp=4).prefill_attention_factor == 1.0
     ref = Deployment("llama-2-70b", "H100", tp=4)
     assert ref.feature_factors == pytest.approx({k: 1.0 for k in ref.feature_factors}, rel=1e-3)
     # FP8 weights on H100: GEMMs at their measured FP8 rate, attention at the bf16 peak
@@ -238,3 +263,5 @@ def test_packaged_catalog_is_built_from_kernel_db(tmp_path):
     t_a = kernel_prices.gemm_time_us("A100-SXM-80GB", "bf16", 8192, 8192, (16,))[0, 0] * 1e-6
     assert 8192**2 * 2 / h100.hbm_bandwidth_bytes_per_s / t_h == pytest.approx(0.86, abs=0.03)
     assert 8192**2 * 2 / a100.hbm_bandwidth_bytes_per_s / t_a == pytest.approx(0.66, abs=0.03)
+    # and prefill attention reaches 0.3-0.6 of peak FLOP/s (0.53 on H100 past 4,096 tokens)
+    assert 1 / doc["prefill_attention"]["H100-SXM"] == pytest.approx(0.53, abs=0.02)

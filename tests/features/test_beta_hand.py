@@ -22,6 +22,9 @@ DEP_7B = Deployment("llama-2-7b", "H100")
 DEP_70B = Deployment("llama-2-70b", "H100", tp=4)
 STREAM_7B_TP1, GEMM_7B_TP1 = DEP_7B.weight_stream_factor, DEP_7B.compute_factor
 STREAM_70B_TP4, GEMM_70B_TP4 = DEP_70B.weight_stream_factor, DEP_70B.compute_factor
+# Prefill attention's FLOPs carry kernel-db's measured rate relative to the GEMMs' (one value
+# per GPU: 1.90 / 1.265 on H100, checked in tests/catalog/test_kernel_prices.py).
+PREFILL_ATTN = DEP_7B.prefill_attention_factor
 
 # Mixed step: a 512-token prefill chunk (first chunk, empty context) + 32 decodes at
 # context 1000. Attention pairs of the chunk: 512*513/2 = 131,328.
@@ -50,7 +53,7 @@ def test_llama2_7b_tp1_h100():
     # prefill: 6,631,429,505,024 + 68,853,694,464 + 262,144,000 = 6,700,545,343,488 FLOP;
     # the GEMMs' (all but attention) at the kernel-priced rate
     assert linear * 512 + attn * 131_328 + lm_head == 6_700_545_343_488
-    gemm_prefill = (linear * 512 + lm_head) * GEMM_7B_TP1 + attn * 131_328
+    gemm_prefill = (linear * 512 + lm_head) * GEMM_7B_TP1 + attn * 131_328 * PREFILL_ATTN
     assert f["prefill_compute_s"] == pytest.approx(gemm_prefill / P_H100, rel=1e-9)  # 6.5 ms
     # decode: (12,952,010,752 + 262,144,000)*32 + 524,288*32,000 = 439,630,168,064 FLOP
     assert (linear + lm_head) * 32 + attn * 32_000 == 439_630_168_064
@@ -70,12 +73,12 @@ def test_llama2_7b_tp1_h100():
     assert f["step_overhead_s"] == pytest.approx(1e-6)
     # rooflines per kernel group. GEMMs: (12,952,010,752 x 544 + 262,144,000 x 33) FLOP
     # x the kernel-priced rate, about 7 ms at peak, against 3.94 ms of weights: about 3 ms
-    # beyond. Attention: 524,288 x (131,328 + 32,000) = 85,631,369,216 FLOP, 0.087 ms, under
+    # beyond. Attention: 524,288 x (131,328 x 1.50 + 32,000) FLOP, 0.12 ms, under
     # its 5.09 ms of KV. One roofline over the step (7 ms against 9 ms) priced nothing.
-    gemm = (gemm_prefill + gemm_decode - attn * (131_328 + 32_000)) / P_H100
+    gemm = (gemm_prefill + gemm_decode - attn * (131_328 * PREFILL_ATTN + 32_000)) / P_H100
     weights = 13_214_687_232 * STREAM_7B_TP1 / BW_H100
     kv = 524_288 * 32_544 / BW_H100
-    attention = attn * (131_328 + 32_000) / P_H100
+    attention = attn * (131_328 * PREFILL_ATTN + 32_000) / P_H100
     assert attention < kv and gemm > weights and gemm + attention < weights + kv
     roof = as_dict(beta_features(dep, **STEP)[0])
     excess = gemm - weights
@@ -107,7 +110,8 @@ def test_llama2_70b_tp4_h100():
     n_peak = 4 * P_H100                             # 3.9576e15 FLOP/s over the TP group
     # prefill: 70,093,866,270,720 + 344,268,472,320 + 524,288,000 = 70,438,659,031,040 FLOP
     assert linear * 512 + attn * 131_328 + lm_head == 70_438_659_031_040
-    gemm_prefill = (linear * 512 + lm_head) * GEMM_70B_TP4 + attn * 131_328
+    assert dep.prefill_attention_factor == PREFILL_ATTN
+    gemm_prefill = (linear * 512 + lm_head) * GEMM_70B_TP4 + attn * 131_328 * PREFILL_ATTN
     assert f["prefill_compute_s"] == pytest.approx(gemm_prefill / n_peak, rel=1e-9)   # about 21 ms
     # decode: 137,426,370,560*32 + 2,621,440*32,000 = 4,481,529,937,920 FLOP
     assert (linear + lm_head) * 32 + attn * 32_000 == 4_481_529_937_920
@@ -205,9 +209,10 @@ def test_moe_step_has_one_roofline_per_kernel_group():
     assert routed_c < routed_m
     assert compute < memory  # one roofline over the whole step would price no compute
     # attention: 4 x 32 layers x 32 heads x 128 FLOP x 131,328 pairs over 2 x 989.4
-    # TFLOP/s = 0.035 ms, past the chunk's KV write (512 tokens x 32 layers x 4 KV heads
-    # per GPU x 128 x 2 x 2 B = 33.5 MB at 3.35 TB/s, 0.010 ms): 0.025 ms beyond
-    attention_c = 4 * 32 * 32 * 128 * 131_328 / (2 * P_H100)
+    # TFLOP/s = 0.035 ms, x the measured rate 1.50 = 0.052 ms, past the chunk's KV write
+    # (512 tokens x 32 layers x 4 KV heads per GPU x 128 x 2 x 2 B = 33.5 MB at 3.35 TB/s,
+    # 0.010 ms): 0.042 ms beyond
+    attention_c = 4 * 32 * 32 * 128 * 131_328 * PREFILL_ATTN / (2 * P_H100)
     assert attention_c == pytest.approx(
         131_328 * feature_weights(d).attention_compute[AGGREGATES.index("prefill_attention_pairs")], rel=1e-9)
     dense_excess = (compute - attention_c - routed_c) - (raw["weight_traffic_s"] - routed_m)
