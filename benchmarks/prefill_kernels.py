@@ -3,7 +3,7 @@ measured kernels for the same step (kernel-db).
 
 The shared traces barely measure prefill (their prompts are prefix-cache hits), so a fresh
 prompt's price rests on the prefill compute coefficient's prior and on the features. This
-checks both against kernel-db (vLLM 0.14.0, H100: the GEMMs from the package's grid of
+checks both against kernel-db (vLLM 0.14.0, H100 or `--gpu`: the GEMMs from the package's grid of
 its times, `kernel_prices.gemm_time_us`; prefill attention read from kernel-db itself, of
 which the features take only one ratio per GPU): one prompt of T tokens and no decodes, for
 dense models on the configurations the shared runs and the new-model check serve, and two
@@ -21,8 +21,11 @@ more.
 
 Ratio = predicted median / kernels.
 
-Usage: python3 benchmarks/prefill_kernels.py --posterior P.nc [--draws 200] [--out JSON]
-Writes benchmarks/results/prefill_kernels.json (docs/kernel-db.md).
+Usage: python3 benchmarks/prefill_kernels.py --posterior P.nc [--gpu A100-SXM-80GB] [--draws 200]
+       [--out JSON]
+Writes benchmarks/results/prefill_kernels.json (H100; another GPU: prefill_kernels_<gpu>.json;
+docs/kernel-db.md). On a GPU the posterior never saw, its effects are drawn
+(`--allow-unseen`).
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ import numpy as np
 from provenance import REPO, git_commit, shared_data_dir
 
 RESULT = REPO / "benchmarks" / "results" / "prefill_kernels.json"
-HARDWARE = "H100-SXM"
-GPU_FOLDER = "h100_sxm"
+GPU_FOLDERS = {"H100-SXM": "h100_sxm", "A100-SXM-80GB": "a100_sxm", "L40S": "l40s", "H200-SXM": "h200_sxm"}
+"""kernel-db's folder of each GPU the check runs on."""
 VERSION = "0.14.0"
 TOKENS = (1024, 2048, 4096)
 """Prompt lengths: token counts kernel-db's GEMM tables have at prefill sizes."""
@@ -51,11 +54,11 @@ and two more served often."""
 PROB = 0.9
 
 
-def attention_table(kernel_db: Path):
-    """Prefill attention points of kernel-db (bf16 KV, one prompt per call)."""
+def attention_table(kernel_db: Path, gpu: str):
+    """Prefill attention points of kernel-db on `gpu` (bf16 KV, one prompt per call)."""
     from bayesblis.io.kernel_db import read_kernel_db
 
-    table = read_kernel_db(kernel_db, gpus=[GPU_FOLDER], versions=[VERSION])["prefill_attention"]
+    table = read_kernel_db(kernel_db, gpus=[GPU_FOLDERS[gpu]], versions=[VERSION])["prefill_attention"]
     return table[(table["kv_cache_dtype"] == "bf16") & (table["batch_size"] == 1)
                  & (table["framework_version"].astype(str) == VERSION)]
 
@@ -82,7 +85,7 @@ def kernel_parts_ms(deployment, table, tokens: int) -> dict:
     for (n, k, count), dtype in zip(kernel_prices.layer_gemms(model, tp),
                                     kernel_prices.gemm_tables(model, tp, deployment.compute_dtype)):
         m = LM_HEAD_TOKENS if count == 1 else tokens
-        gemm_us += count * float(kernel_prices.gemm_time_us(HARDWARE, dtype, [n], [k], [m])[0][0])
+        gemm_us += count * float(kernel_prices.gemm_time_us(deployment.gpu.name, dtype, [n], [k], [m])[0][0])
     heads, kv_heads = model.n_heads // tp, max(1, model.n_kv_heads // tp)
     attention = model.n_layers * attention_us(table, heads, kv_heads, tokens)
     allreduce = 0.0
@@ -95,10 +98,12 @@ def kernel_parts_ms(deployment, table, tokens: int) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--posterior", required=True, type=Path)
+    parser.add_argument("--gpu", default="H100-SXM", choices=sorted(GPU_FOLDERS))
     parser.add_argument("--draws", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=RESULT)
+    parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    out = args.out or (RESULT if args.gpu == "H100-SXM" else RESULT.with_name(f"prefill_kernels_{GPU_FOLDERS[args.gpu]}.json"))
 
     from bayesblis.atomic import write_json
     from bayesblis.catalog.models import load_model
@@ -109,10 +114,10 @@ def main(argv=None) -> int:
 
     started = time.perf_counter()
     kernel_db = shared_data_dir() / "kernel-db"
-    table = attention_table(kernel_db)
+    table = attention_table(kernel_db, args.gpu)
     rows = []
     for name, tp in DEPLOYMENTS:
-        deployment = Deployment(load_model(name), HARDWARE, tp=tp, dtype="auto")
+        deployment = Deployment(load_model(name), args.gpu, tp=tp, dtype="auto")
         draws = posterior_draws(args.posterior, deployment, args.draws, allow_unseen=True, seed=args.seed)
         for tokens in TOKENS:
             kernels = kernel_parts_ms(deployment, table, tokens)
@@ -139,14 +144,14 @@ def main(argv=None) -> int:
                "share_with_kernels_inside_interval": round(float(np.mean(
                    [r["predicted_lo_ms"] <= r["kernels_ms"] <= r["predicted_hi_ms"] for r in rows])), 3)}
     print("median predicted / kernels by prompt length:", ratios)
-    write_json(args.out, {
+    write_json(out, {
         "benchmark": "prefill_kernels", "created_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "git_commit": git_commit(), "model_version": MODEL_VERSION, "posterior": str(args.posterior),
-        "draws": args.draws, "seed": args.seed, "hardware": HARDWARE,
-        "kernel_db": f"{GPU_FOLDER}, vLLM {VERSION} (GEMM tables through the package's catalog, prefill attention read directly)",
+        "draws": args.draws, "seed": args.seed, "hardware": args.gpu,
+        "kernel_db": f"{GPU_FOLDERS[args.gpu]}, vLLM {VERSION} (GEMM tables through the package's catalog, prefill attention read directly)",
         "method": __doc__.split("\n\n")[1].replace("\n", " "), "summary": summary, "rows": rows,
         "wall_s": round(time.perf_counter() - started, 1)})
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
     return 0
 
 

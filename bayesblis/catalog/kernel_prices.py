@@ -28,8 +28,9 @@ runs' hardware) so the fitted coefficients keep their meaning:
   prices a step's all-reduces whole (its per-byte and per-call summaries feed
   `benchmarks/kernel_db_logo.py`);
 - `gpu_compute_factor`: the dense GEMMs' bf16 FLOP time at `PREFILL_TOKENS` on the GPU over
-  H100's at the same shapes (A100 about 0.9, L40S about 1.1, H100 1); measured and
-  reported, not applied (`PRICE_COMPUTE_ACROSS_GPUS`);
+  H100's at the same shapes (A100 about 0.9, L40S about 1.1, H100 1), and `gpu_compute_rate`,
+  its median over the catalog's dense deployments, one value per GPU, which deployments
+  carry (`PRICE_COMPUTE_ACROSS_GPUS`, model version 14);
 - `compute_factor`: the dense GEMMs' FLOP rate at `PREFILL_TOKENS` and the deployment's
   dtype relative to the H100 reference; applied to FP8 deployments
   (`PRICE_LOW_PRECISION_COMPUTE`), measured and reported for the others (`PRICE_COMPUTE`).
@@ -79,16 +80,17 @@ GEMMs' measured FLOP time at the FP8 datasheet peak relative to H100 bf16 (vLLM'
 reach 0.24-0.46 of the FP8 peak: Llama-4-Scout TP2 2.28, Llama-3.1-8B TP1 2.17). On, with
 a roofline per kernel group, Llama-4-Scout's long-prompt TTFT on the new-model check went
 from -40% to -28% and no other run moved (docs/kernel-db.md); no traced run is FP8."""
-PRICE_COMPUTE_ACROSS_GPUS = False
-"""Whether deployments carry `gpu_compute_factor` as their compute factor (when
-`PRICE_COMPUTE` is off): their dense GEMMs' measured bf16 FLOP time on their GPU over H100's
-at the same shapes. It is 1 on H100, so no H100 figure can measure it; on A100 it is
-0.72-1.2, L40S 0.82-1.28, H200 0.74-1.09 by model and TP (kernel-db: compute-bound bf16
-GEMMs reach 0.91 of A100's peak, 0.83 of H100's, 0.74 of L40S's). Off: it would slow L40S's
-TP 1 prefill by 5-13%, which L40S runs measured elsewhere favour (TTFT 13% and 63% too
-fast), but speed A100's by up to 28%, against the A100 runs (every metric too fast before
-the weights were priced), and the demo fleet, whose synthetic GPU compute follows BLIS's MFU
-table instead, then missed its held-out TTFT (docs/kernel-db.md)."""
+PRICE_COMPUTE_ACROSS_GPUS = True
+"""Whether deployments carry `gpu_compute_rate` as their compute factor (when
+`PRICE_COMPUTE` is off and the dtype is not FP8): the median over the catalog's dense
+deployments of their bf16 GEMMs' measured FLOP time on the GPU over H100's at the same
+shapes, each over its own peak (model version 14): A100 0.915, L40S 1.10, H200 1.00; 1 on
+H100, so no H100 figure moves. Per GPU, not per deployment: the per-shape ratio
+(`gpu_compute_factor`, A100 0.72-1.2, L40S 0.82-1.28) carries kernel-db's out-of-line rows
+(H100's 2,560 x 8,192 GEMM at 4,096 tokens, the QKV projection of Llama-2-70B at TP 4, puts
+that deployment at 0.77 on A100). With the prefill compute prior centred on H100's GEMMs
+(model version 13) a GPU's own rate is the complement: without it L40S prefill was priced
+about 10% fast, A100's about 9% slow."""
 PRICE_MOE = False
 """Whether deployments carry `moe_factor` (routed experts at vLLM's measured fused-MoE
 time). Off: measured on the new-model check (docs/kernel-db.md), it moved Llama-4-Scout
@@ -469,6 +471,24 @@ def gpu_compute_factor(model, gpu, tp: int) -> float | None:
     return None if own is None or ref is None else own / ref
 
 
+@lru_cache(maxsize=64)
+def gpu_compute_rate(gpu) -> float | None:
+    """The median `gpu_compute_factor` over the catalog's dense models at TP 1, 2 and 4 (the
+    GPU's dense-GEMM FLOP rate against its peak, relative to H100's): one value per GPU; None
+    without its tables."""
+    from bayesblis.catalog.models import list_models, load_model
+
+    values = []
+    for name in list_models():
+        model = load_model(name)
+        if model.is_moe:
+            continue
+        for tp in (1, 2, 4):
+            if model.n_heads % tp == 0 and (value := gpu_compute_factor(model, gpu, tp)) is not None:
+                values.append(value)
+    return float(np.median(values)) if values else None
+
+
 @lru_cache(maxsize=4096)
 def moe_ratio(model, gpu: str, tp: int, ep: int, compute_dtype: str) -> float | None:
     """The `measure_moe` ratio of the table shape nearest `model`'s routed experts on `gpu`
@@ -553,8 +573,8 @@ def build(kernel_db_dir, out=CATALOG_FILE) -> dict:
 def clear_caches() -> None:
     """Forget what was read or priced from the catalog file (after it was rewritten, or
     pointed elsewhere)."""
-    for cached in (catalog, reference_ratios, factor, compute_factor, gpu_compute_factor, moe_ratio,
-                   moe_factor, kv_factor, prefill_attention_factor, allreduce_curve):
+    for cached in (catalog, reference_ratios, factor, compute_factor, gpu_compute_factor, gpu_compute_rate,
+                   moe_ratio, moe_factor, kv_factor, prefill_attention_factor, allreduce_curve):
         cached.cache_clear()
 
 

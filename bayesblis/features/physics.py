@@ -54,11 +54,11 @@ class Deployment:
     kernel-db lacks the point).
     `compute_factor`: for FP8 deployments (`catalog.kernel_prices.PRICE_LOW_PRECISION_COMPUTE`)
     their dense GEMMs' measured time at the FP8 peak relative to H100 bf16 (where
-    kernel-db has the GPU's FP8 GEMMs); else 1, unless
-    `catalog.kernel_prices.PRICE_COMPUTE_ACROSS_GPUS`: then the
-    dense GEMMs' measured bf16 time at prefill sizes on this GPU over H100's at the same
-    shapes (`kernel_prices.gpu_compute_factor`: 1 on H100 and where kernel-db lacks the
-    GPU); or `PRICE_COMPUTE`: their measured time at the dtype's datasheet peak relative to
+    kernel-db has the GPU's FP8 GEMMs); else, with
+    `catalog.kernel_prices.PRICE_COMPUTE_ACROSS_GPUS` (model version 14), the GPU's dense
+    GEMMs' measured bf16 FLOP rate at prefill sizes relative to H100's
+    (`kernel_prices.gpu_compute_rate`: A100 0.915, L40S 1.10; 1 on H100 and where kernel-db
+    lacks the GPU); or `PRICE_COMPUTE`: their measured time at the dtype's datasheet peak relative to
     H100 bf16 (FP8 GEMMs on H100 reach about half the FLOP rate their datasheet doubles).
     `attention_peak_flops_per_s`: the peak attention runs at (bf16 for FP8 and INT8
     deployments). `prefill_attention_factor`: prefill attention's measured FLOP time on this
@@ -149,7 +149,7 @@ class Deployment:
         low_precision = compute in LOW_PRECISION and kernel_prices.PRICE_LOW_PRECISION_COMPUTE
         gemm_compute = (kernel_prices.compute_factor(model, gpu, tp, compute)
                         if kernel_prices.PRICE_COMPUTE or low_precision
-                        else kernel_prices.gpu_compute_factor(model, gpu, tp)
+                        else kernel_prices.gpu_compute_rate(gpu)
                         if kernel_prices.PRICE_COMPUTE_ACROSS_GPUS else None)
         moe_stream = (kernel_prices.moe_factor(model, gpu, tp, ep, compute)
                       if model.is_moe and kernel_prices.PRICE_MOE else None)

@@ -210,13 +210,16 @@ def test_deployments_carry_the_factors(truth_catalog, monkeypatch):
     d = Deployment("llama-2-70b", "A100", tp=4)
     assert d.weight_stream_factor == pytest.approx(0.8 / 0.6, rel=1e-3)
     assert d.feature_factors["kv_traffic_s"] == pytest.approx(1.2)
-    assert d.compute_factor == 1.0   # GEMM FLOP rates measured, not applied
-    # across GPUs: the GPU's bf16 FLOP time over H100's at the same shapes, 0.8 / 0.5 of peak
+    # across GPUs: the GPU's bf16 FLOP time over H100's at the same shapes, 0.8 / 0.5 of peak,
+    # and its median over the catalog's dense deployments, which a deployment carries
     assert kernel_prices.gpu_compute_factor(load_model("llama-2-70b"), load_gpu("A100"), 4) == \
         pytest.approx(1.6, rel=1e-3)
-    monkeypatch.setattr(kernel_prices, "PRICE_COMPUTE_ACROSS_GPUS", True)
-    d = Deployment("llama-2-70b", "A100", tp=4)
+    assert kernel_prices.gpu_compute_rate(load_gpu("A100")) == pytest.approx(1.6, rel=1e-3)
+    assert kernel_prices.gpu_compute_rate(load_gpu("H100")) == 1.0
     assert d.feature_factors["prefill_compute_s"] == d.compute_factor == pytest.approx(1.6, rel=1e-3)
+    monkeypatch.setattr(kernel_prices, "PRICE_COMPUTE_ACROSS_GPUS", False)
+    assert Deployment("llama-2-70b", "A100", tp=4).compute_factor == 1.0   # the datasheet's
+    monkeypatch.setattr(kernel_prices, "PRICE_COMPUTE_ACROSS_GPUS", True)
     # FP8 GEMMs at their measured FP8 rate whatever the across-GPU switch (0.8 / 0.4 of peak)
     assert Deployment("llama-2-70b", "H100", tp=2, dtype="fp8").compute_factor == pytest.approx(2.0, rel=1e-3)
     monkeypatch.setattr(kernel_prices, "PRICE_LOW_PRECISION_COMPUTE", False)
