@@ -63,8 +63,9 @@ PRICED_GROUPS = {"gemm": ("gemm_decode",), "decode_attention": ("decode_attentio
                  "allreduce": ("allreduce_per_byte", "allreduce_latency")}
 """kernel_prices catalog table -> the groups whose price a deployment on a GPU it has
 carries whole (`kernel_prices.factor`, `kv_factor`, `allreduce_curve`). Compute is priced
-only in part (`gpu_compute_factor`: dense GEMMs, not prefill attention, and no traced run
-has measured prefill), so its spread stays kernel-db's across GPUs with `HARDWARE_SCALE`."""
+only in part (`gpu_compute_rate`: the GPU's median GEMM rate, not each deployment's shapes,
+and no traced run has measured prefill), so its spread stays kernel-db's across GPUs with
+`HARDWARE_SCALE`."""
 LINK_GROUPS = ("allreduce_per_byte", "allreduce_latency")
 """Groups whose ratios depend on the link (NVLink custom all-reduce against NCCL over PCIe)."""
 LINK_OFFSET_SD = 1.0
