@@ -25,7 +25,7 @@ Usage: python3 benchmarks/prefill_kernels.py --posterior P.nc [--gpu A100-SXM-80
        [--out JSON]
 Writes benchmarks/results/prefill_kernels.json (H100; another GPU: prefill_kernels_<gpu>.json;
 docs/kernel-db.md). On a GPU the posterior never saw, its effects are drawn
-(`--allow-unseen`).
+(as `coefficients --allow-unseen` does).
 """
 
 from __future__ import annotations
