@@ -268,3 +268,7 @@ def test_packaged_catalog_is_built_from_kernel_db(tmp_path):
     assert 8192**2 * 2 / a100.hbm_bandwidth_bytes_per_s / t_a == pytest.approx(0.66, abs=0.03)
     # and prefill attention reaches 0.3-0.6 of peak FLOP/s (0.53 on H100 past 4,096 tokens)
     assert 1 / doc["prefill_attention"]["H100-SXM"] == pytest.approx(0.53, abs=0.02)
+    # compute-bound GEMMs: A100 reaches more of its peak than H100, L40S less (the packaged
+    # catalog, equal to the one just built)
+    assert kernel_prices.gpu_compute_rate(a100) == pytest.approx(0.915, abs=0.01)
+    assert kernel_prices.gpu_compute_rate(load_gpu("L40S")) == pytest.approx(1.10, abs=0.01)
