@@ -81,11 +81,10 @@ def kernel_parts_ms(deployment, table, tokens: int) -> dict:
     from bayesblis.catalog import kernel_prices
 
     model, tp = deployment.model, deployment.tp
-    gemm_us = 0.0
-    for (n, k, count), dtype in zip(kernel_prices.layer_gemms(model, tp),
-                                    kernel_prices.gemm_tables(model, tp, deployment.compute_dtype)):
-        m = LM_HEAD_TOKENS if count == 1 else tokens
-        gemm_us += count * float(kernel_prices.gemm_time_us(deployment.gpu.name, dtype, [n], [k], [m])[0][0])
+    # the layers' GEMMs at the prompt's tokens, the lm_head (`layer_gemms`' last shape) once
+    _, _, count, times_us, _ = kernel_prices.dense_gemm_times(
+        model, deployment.gpu.name, tp, deployment.compute_dtype, (tokens, LM_HEAD_TOKENS))
+    gemm_us = float(count[:-1] @ times_us[0, :-1] + count[-1] * times_us[1, -1])
     heads, kv_heads = model.n_heads // tp, max(1, model.n_kv_heads // tp)
     attention = model.n_layers * attention_us(table, heads, kv_heads, tokens)
     allreduce = 0.0

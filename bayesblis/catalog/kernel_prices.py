@@ -374,7 +374,7 @@ def gemm_tables(model, tp: int, compute_dtype: str) -> list[str] | None:
     return tables
 
 
-def _dense_gemm_times(model, gpu: str, tp: int, compute_dtype: str, tokens):
+def dense_gemm_times(model, gpu: str, tp: int, compute_dtype: str, tokens):
     """(n, k, count per step, µs [len(tokens), n shapes], table dtype per shape) of the
     deployment's dense GEMMs (`layer_gemms`, each at its `gemm_tables` dtype) at `tokens`;
     None without a table."""
@@ -396,7 +396,7 @@ def _dense_gemm_times(model, gpu: str, tp: int, compute_dtype: str, tokens):
 def ratio(model, gpu: str, tp: int, compute_dtype: str, hbm_bandwidth_bytes_per_s: float) -> float | None:
     """A step's dense GEMM time (`layer_gemms`, mean over DECODE_TOKENS, measured) over the
     same weights' bytes at datasheet bandwidth; None when kernel-db has no table for it."""
-    measured = _dense_gemm_times(model, gpu, tp, compute_dtype, DECODE_TOKENS)
+    measured = dense_gemm_times(model, gpu, tp, compute_dtype, DECODE_TOKENS)
     if measured is None:
         return None
     n, k, count, times_us, tables = measured
@@ -408,7 +408,7 @@ def compute_ratio(model, gpu: str, tp: int, compute_dtype: str, peak_flops_per_s
     """The dense GEMMs' measured time at PREFILL_TOKENS over their FLOPs at the datasheet
     peak of `compute_dtype` (median over the token counts: one outlier GEMM does not move
     it); None without a table."""
-    measured = _dense_gemm_times(model, gpu, tp, compute_dtype, PREFILL_TOKENS)
+    measured = dense_gemm_times(model, gpu, tp, compute_dtype, PREFILL_TOKENS)
     if measured is None:
         return None
     n, k, count, times_us, _ = measured
@@ -417,26 +417,32 @@ def compute_ratio(model, gpu: str, tp: int, compute_dtype: str, peak_flops_per_s
     return float(np.median(np.sum(count * times_us * 1e-6, axis=1) / np.sum(count * flops_s, axis=1)))
 
 
+def catalog_dense_deployments():
+    """(model, tp) of every dense catalog model at TP 1, 2 and 4 (where the TP divides its
+    heads): the deployments the per-GPU summaries (`reference_ratios`, `gpu_compute_rate`)
+    are medians over."""
+    from bayesblis.catalog.models import list_models, load_model
+
+    for name in list_models():
+        model = load_model(name)
+        if not model.is_moe:
+            yield from ((model, tp) for tp in (1, 2, 4) if model.n_heads % tp == 0)
+
+
 @lru_cache(maxsize=None)
 def reference_ratios() -> tuple[float, float] | None:
     """The median `ratio` and `compute_ratio` of H100-SXM bf16 over the catalog's dense
     models at TP 1, 2, 4 (the scale the factors are relative to); None without its grid."""
     from bayesblis.catalog.gpus import load_gpu
-    from bayesblis.catalog.models import list_models, load_model
 
     gpu = load_gpu(REFERENCE[0])
     weight, compute = [], []
-    for name in list_models():
-        model = load_model(name)
-        if model.is_moe:
-            continue
-        for tp in (1, 2, 4):
-            if model.n_heads % tp == 0:
-                w = ratio(model, gpu.name, tp, REFERENCE[1], gpu.hbm_bandwidth_bytes_per_s)
-                c = compute_ratio(model, gpu.name, tp, REFERENCE[1], gpu.peak_flops(REFERENCE[1]))
-                if w is not None and c is not None:
-                    weight.append(w)
-                    compute.append(c)
+    for model, tp in catalog_dense_deployments():
+        w = ratio(model, gpu.name, tp, REFERENCE[1], gpu.hbm_bandwidth_bytes_per_s)
+        c = compute_ratio(model, gpu.name, tp, REFERENCE[1], gpu.peak_flops(REFERENCE[1]))
+        if w is not None and c is not None:
+            weight.append(w)
+            compute.append(c)
     return (float(np.median(weight)), float(np.median(compute))) if weight else None
 
 
@@ -476,16 +482,8 @@ def gpu_compute_rate(gpu) -> float | None:
     """The median `gpu_compute_factor` over the catalog's dense models at TP 1, 2 and 4 (the
     GPU's dense-GEMM FLOP rate against its peak, relative to H100's): one value per GPU; None
     without its tables."""
-    from bayesblis.catalog.models import list_models, load_model
-
-    values = []
-    for name in list_models():
-        model = load_model(name)
-        if model.is_moe:
-            continue
-        for tp in (1, 2, 4):
-            if model.n_heads % tp == 0 and (value := gpu_compute_factor(model, gpu, tp)) is not None:
-                values.append(value)
+    values = [value for model, tp in catalog_dense_deployments()
+              if (value := gpu_compute_factor(model, gpu, tp)) is not None]
     return float(np.median(values)) if values else None
 
 
