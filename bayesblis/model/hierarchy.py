@@ -70,8 +70,8 @@ from bayesblis.constants import (DIM_ALPHA_FEATURE, DIM_ARCH, DIM_CONFIG, DIM_FA
                                  DIM_FEATURE, DIM_HARDWARE, DIM_OBS)
 from bayesblis.errors import BayesBlisError, FitNotDoneError
 from bayesblis.model.data import ModelData
-from bayesblis.model.priors import (PROPORTIONAL_GROUPS, floors, log_excess_median, merge_priors,
-                                    tie_columns)
+from bayesblis.model.priors import (PROPORTIONAL_GROUPS, SHEARED_GROUPS, floors, log_excess_median,
+                                    merge_priors, tie_columns)
 
 LEVELS = (("arch", DIM_ARCH, "arch"), ("hardware", DIM_HARDWARE, "hardware"),
           ("family", DIM_FAMILY, "model_family"))
@@ -307,6 +307,12 @@ class LatencyModel:
         feature value), and scales the group's coefficients by ``exp(L[c]) / P[c]``: the
         mean step time depends on ``L[c]`` alone and the population coefficients learn the
         split from how ``L`` varies across configurations.
+
+        A group in SHEARED_GROUPS trades its sum against another coefficient's log excess
+        ``theta[c, j]``: the data fix ``L[c] - b[c] theta[c, j]`` (`shear_slopes`). Its sum is
+        sampled as ``L'[c] ~ Normal(log P[c] - shift[c], tau)`` with ``L = L' + shift``,
+        ``shift = b (theta[:, j] - centre_j)``: the same distribution of ``L`` (a shear, unit
+        Jacobian), with ``L'`` nearly uncorrelated with ``theta[c, j]``.
         """
         coef = tie_columns(floors(self.priors["beta"], self.beta_features) + pt.exp(theta),
                            self.beta_features)
@@ -317,8 +323,17 @@ class LatencyModel:
             physics = (coef[:, group] * reference[:, group]).sum(axis=1)
             tau = _level_scale(f"beta_tau_{group_name}", group_name, hyper,
                                n_groups=len(self.data.configs))
-            log_sum = pm.Normal(f"beta_log_{group_name}", mu=pt.log(physics), sigma=tau,
-                                dims=DIM_CONFIG)
+            traded = SHEARED_GROUPS.get(group_name)
+            if traded in self.beta_features:
+                j = self.beta_features.index(traded)
+                slope = shear_slopes(self.priors["beta"], self.beta_features, group, j, reference)
+                shift = slope * (theta[:, j] - log_excess_median(self.priors["beta"][traded]))
+                sheared = pm.Normal(f"beta_log_{group_name}_sheared", mu=pt.log(physics) - shift,
+                                    sigma=tau, dims=DIM_CONFIG)
+                log_sum = pm.Deterministic(f"beta_log_{group_name}", sheared + shift, dims=DIM_CONFIG)
+            else:
+                log_sum = pm.Normal(f"beta_log_{group_name}", mu=pt.log(physics), sigma=tau,
+                                    dims=DIM_CONFIG)
             scale = pt.exp(log_sum) / physics
             coef = pt.set_subtensor(coef[:, group], coef[:, group] * scale[:, None])
         return coef
@@ -824,6 +839,18 @@ def _segment_dot(matrix, coef, bounds, n_config: int):
     row count). One matrix-vector product per configuration instead of gathering a
     coefficient row per observation: about 3x faster log-density gradients at 200k rows."""
     return pt.concatenate([matrix[bounds[c]:bounds[c + 1]] @ coef[c] for c in range(n_config)])
+
+
+def shear_slopes(priors: dict, features: list, group: list, traded: int,
+                 reference: np.ndarray) -> np.ndarray:
+    """[config]: how a proportional group's log sum moves with the log excess of the
+    `traded` coefficient when a configuration's data fix their sum, at the prior medians:
+    ``-(median - floor) ref[c, traded] / sum_k median_k ref[c, k]`` (0 where either is absent)."""
+    median = np.array([priors[f]["median"] for f in features], float)
+    excess = median[traded] - floors(priors, [features[traded]])[0]
+    group_sum = reference[:, group] @ median[group]
+    traded_sum = excess * reference[:, traded]
+    return np.where((group_sum > 1e-9) & (traded_sum > 1e-9), -traded_sum / np.maximum(group_sum, 1e-300), 0.0)
 
 
 def _per_step_reference(matrix: np.ndarray, n_steps: np.ndarray, bounds: np.ndarray) -> np.ndarray:

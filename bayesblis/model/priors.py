@@ -173,6 +173,14 @@ coefficients predict (model/hierarchy.py), and the split is learnt from how the 
 across configurations. ``L[c]`` is also the configuration's own deviation: the group's
 features get no configuration level."""
 
+SHEARED_GROUPS = {"kv": "request_overhead_s"}
+"""Proportional group -> the coefficient its per-configuration log sum trades against.
+Decode requests and their KV tokens grow together, so a configuration's data fix the sum of
+the per-request and KV costs: a higher per-request cost means a lower KV sum in every
+configuration (posterior correlation -0.82 to -0.97, the quick tour's slowest direction).
+The group's log sum is sampled sheared along that line (`LatencyModel._proportional_groups`):
+the same distribution, in coordinates where the two are nearly uncorrelated."""
+
 HYPER_PRIORS = {
     # HalfNormal scales of the level effects on the log scale, per coefficient.
     "tau_arch": 0.3,

@@ -60,7 +60,7 @@ def test_group_sums_alone_set_their_part_of_a_step():
     of a configuration add up to exp(L[c]) per reference step whatever the population
     coefficients are (no ridge inside a configuration)."""
     from bayesblis.model.hierarchy import _per_step_reference
-    from bayesblis.model.priors import PROPORTIONAL_GROUPS
+    from bayesblis.model.priors import PROPORTIONAL_GROUPS, SHEARED_GROUPS
 
     data, _ = synthetic_data(n_obs=10)
     lm = LatencyModel()
@@ -69,21 +69,62 @@ def test_group_sums_alone_set_their_part_of_a_step():
     bounds = data.config_bounds()
     ref = _per_step_reference(data.obs[cols].to_numpy(float), data.obs["n_steps"].to_numpy(float),
                               bounds)
-    beta_of = model.compile_fn(model.replace_rvs_by_values([model["beta"]])[0],
-                               inputs=model.value_vars, on_unused_input="ignore")
+    outputs = [model["beta"], *(model[f"beta_log_{name}"] for name in PROPORTIONAL_GROUPS)]
+    values_of = model.compile_fn(model.replace_rvs_by_values(outputs), inputs=model.value_vars,
+                                 on_unused_input="ignore")
     point = model.initial_point()
-    log_sums = {}
     for i, name in enumerate(PROPORTIONAL_GROUPS):
-        log_sums[name] = np.log(np.linspace(1e-3, 3e-3, len(data.configs)) * (i + 1))
-        point[f"beta_log_{name}"] = log_sums[name]
-    for shift in (0.0, 0.7):  # move the population means: every group sum stays
+        value = f"beta_log_{name}" + ("_sheared" if name in SHEARED_GROUPS else "")
+        point[value] = np.log(np.linspace(1e-3, 3e-3, len(data.configs)) * (i + 1))
+    for shift in (0.0, 0.7):  # move the population means: every group sum is exp(L[c])
         point["beta_mu"] = point["beta_mu"] + shift
-        beta = beta_of(point)
-        for name, members in PROPORTIONAL_GROUPS.items():
+        beta, *log_sums = values_of(point)
+        for (name, members), log_sum in zip(PROPORTIONAL_GROUPS.items(), log_sums):
             group = [lm.beta_features.index(f) for f in members if f in lm.beta_features]
             assert len(group) >= (3 if name == "step_const" else 1)
             np.testing.assert_allclose((beta[:, group] * ref[:, group]).sum(axis=1),
-                                       np.exp(log_sums[name]), rtol=1e-9)
+                                       np.exp(log_sum), rtol=1e-9)
+
+
+def test_a_sheared_group_sum_is_the_same_model_in_other_coordinates(monkeypatch):
+    """The KV sum sampled sheared along the per-request cost (SHEARED_GROUPS) has the log
+    density the unsheared model has at the same sum: a change of coordinates with unit
+    Jacobian, not another model. Its slopes are the per-request share of each
+    configuration's request and KV cost at the prior medians."""
+    from bayesblis.model import hierarchy
+    from bayesblis.model.hierarchy import _per_step_reference, shear_slopes
+    from bayesblis.model.priors import PROPORTIONAL_GROUPS, SHEARED_GROUPS, default_priors
+
+    data, _ = synthetic_data(n_obs=10)
+    sheared = LatencyModel().build_model(data)
+    monkeypatch.setattr(hierarchy, "SHEARED_GROUPS", {})
+    plain = LatencyModel().build_model(data)
+    lm = LatencyModel()
+    lm.build_model(data)
+    features = lm.beta_features
+    ref = _per_step_reference(data.obs[[f"f_{f}" for f in features]].to_numpy(float),
+                              data.obs["n_steps"].to_numpy(float), data.config_bounds())
+    priors = default_priors()["beta"]
+    (group_name, traded), = SHEARED_GROUPS.items()
+    members = [f for f in PROPORTIONAL_GROUPS[group_name] if f in features]
+    group = [features.index(f) for f in members]
+    slope = shear_slopes(priors, features, group, features.index(traded), ref)
+    median = {f: priors[f]["median"] for f in features}
+    expected = -(median[traded] * ref[:, features.index(traded)]
+                 / sum(median[f] * ref[:, features.index(f)] for f in members))
+    np.testing.assert_allclose(slope, expected, rtol=1e-12)
+    assert (slope < 0).all()
+
+    log_sum = sheared.compile_fn(sheared.replace_rvs_by_values([sheared[f"beta_log_{group_name}"]])[0],
+                                 inputs=sheared.value_vars, on_unused_input="ignore")
+    logp_sheared, logp_plain = sheared.compile_logp(), plain.compile_logp()
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        point = {k: v + rng.normal(0, 0.3, np.shape(v)) for k, v in sheared.initial_point().items()}
+        same = {k: v for k, v in point.items() if k != f"beta_log_{group_name}_sheared"}
+        same[f"beta_log_{group_name}"] = log_sum(point)
+        assert not np.allclose(same[f"beta_log_{group_name}"], point[f"beta_log_{group_name}_sheared"])
+        assert logp_sheared(point) == pytest.approx(logp_plain(same), rel=1e-10)
 
 
 def test_level_scales_are_learnt_only_where_they_can_be():
