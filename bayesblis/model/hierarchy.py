@@ -850,7 +850,8 @@ def shear_slopes(priors: dict, features: list, group: list, traded: int,
     excess = median[traded] - floors(priors, [features[traded]])[0]
     group_sum = reference[:, group] @ median[group]
     traded_sum = excess * reference[:, traded]
-    return np.where((group_sum > 1e-9) & (traded_sum > 1e-9), -traded_sum / np.maximum(group_sum, 1e-300), 0.0)
+    present = (group_sum > 1e-9) & (traded_sum > 1e-9)
+    return np.where(present, -traded_sum / np.where(present, group_sum, 1.0), 0.0)
 
 
 def _per_step_reference(matrix: np.ndarray, n_steps: np.ndarray, bounds: np.ndarray) -> np.ndarray:
