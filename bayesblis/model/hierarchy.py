@@ -312,7 +312,7 @@ class LatencyModel:
         ``theta[c, j]``: the data fix ``L[c] - b[c] theta[c, j]`` (`shear_slopes`). Its sum is
         sampled as ``L'[c] ~ Normal(log P[c] - shift[c], tau)`` with ``L = L' + shift``,
         ``shift = b (theta[:, j] - centre_j)``: the same distribution of ``L`` (a shear, unit
-        Jacobian), with ``L'`` nearly uncorrelated with ``theta[c, j]``.
+        Jacobian), with ``L'`` less correlated with ``theta[c, j]`` than ``L`` is.
         """
         coef = tie_columns(floors(self.priors["beta"], self.beta_features) + pt.exp(theta),
                            self.beta_features)

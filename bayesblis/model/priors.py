@@ -179,7 +179,7 @@ Decode requests and their KV tokens grow together, so a configuration's data fix
 the per-request and KV costs: a higher per-request cost means a lower KV sum in every
 configuration (posterior correlation -0.82 to -0.97, the quick tour's slowest direction).
 The group's log sum is sampled sheared along that line (`LatencyModel._proportional_groups`):
-the same distribution, in coordinates where the two are nearly uncorrelated."""
+the same distribution, in coordinates where the two are less correlated (-0.61 to -0.84)."""
 
 HYPER_PRIORS = {
     # HalfNormal scales of the level effects on the log scale, per coefficient.
