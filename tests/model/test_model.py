@@ -96,11 +96,10 @@ def test_a_sheared_group_sum_is_the_same_model_in_other_coordinates(monkeypatch)
     from bayesblis.model.priors import PROPORTIONAL_GROUPS, SHEARED_GROUPS, default_priors
 
     data, _ = synthetic_data(n_obs=10)
-    sheared = LatencyModel().build_model(data)
+    lm = LatencyModel()
+    sheared = lm.build_model(data)
     monkeypatch.setattr(hierarchy, "SHEARED_GROUPS", {})
     plain = LatencyModel().build_model(data)
-    lm = LatencyModel()
-    lm.build_model(data)
     features = lm.beta_features
     ref = _per_step_reference(data.obs[[f"f_{f}" for f in features]].to_numpy(float),
                               data.obs["n_steps"].to_numpy(float), data.config_bounds())
