@@ -4,7 +4,7 @@ measured kernels for the same step (kernel-db).
 The shared traces barely measure prefill (their prompts are prefix-cache hits), so a fresh
 prompt's price rests on the prefill compute coefficient's prior and on the features. This
 checks both against kernel-db (vLLM 0.14.0, H100 or `--gpu`: the GEMMs from the package's grid of
-its times, `kernel_prices.gemm_time_us`; prefill attention read from kernel-db itself, of
+its times, `kernel_prices.dense_gemm_times`; prefill attention read from kernel-db itself, of
 which the features take only one ratio per GPU): one prompt of T tokens and no decodes, for
 dense models on the configurations the shared runs and the new-model check serve, and two
 more.
