@@ -9,7 +9,9 @@ docs/limits.md) and is raised where its cause is present:
   (`catalog.generation`): per-step work no traced model does;
 - routed experts computed in FP8: vLLM 0.15's FP8 fused-MoE kernels are timed in kernel-db
   only at other shapes or versions, and the step at small batches costs more than uniform
-  routing over the experts says.
+  routing over the experts says;
+- a GPU the posterior has no trace of: its step is priced from kernel times, and on the
+  measured A100 and L40S runs the cost of a request in flight was not (docs/kernel-db.md).
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ FP8_MOE_MEASURED = ("the one measured FP8 MoE model (Llama-4-Scout-17B-16E, TP 2
                     "slower than predicted on 1,448-token outputs (its first tokens 30% later) "
                     "and within 6% either way at 2.5-10 req/s")
 """The figures: the new-model check, model version 14 (docs/new-models.md)."""
+UNSEEN_GPU_MEASURED = ("on seven measured A100 and L40S runs such predictions were within 10% at "
+                       "2.5 req/s but 4-24% too fast at 6 req/s, where a request in flight cost "
+                       "1.6-3x the simulation's")
+"""The figures: `benchmarks/other_gpus.py`, model version 14 (docs/kernel-db.md)."""
 
 
 def sampling(defaults: dict) -> list[str]:
@@ -45,3 +51,17 @@ def fp8_moe(deployment) -> list[str]:
             "other shapes or vLLM versions, and small batches cost more than uniform routing "
             f"over the experts says: {FP8_MOE_MEASURED} (docs/limits.md). Calibrate on minutes "
             "of its traffic"]
+
+
+def unseen_gpu(gpu: str | None) -> list[str]:
+    """The caveat of a prediction on a GPU the posterior has no trace of (`gpu`: the
+    deployment's unseen hardware level, None when the fit saw it); none otherwise."""
+    if gpu is None:
+        return []
+    from bayesblis.catalog.kernel_spread import kernel_measured
+
+    priced = ("vLLM's kernel times there (kernel-db)" if kernel_measured(gpu)
+              else "the fitted GPUs' efficiencies, spread as kernel-db's GPUs differ")
+    return [f"the posterior has no trace of {gpu}: its step physics is priced from {priced}; "
+            f"{UNSEEN_GPU_MEASURED} (docs/kernel-db.md). Calibrate on minutes of its "
+            "traffic before planning near capacity"]

@@ -632,7 +632,7 @@ def option_tasks(scenario, posterior, option_settings: list[dict], slos: list[SL
             if discrepancy else None
         tasks.append({"scenario": sc, "settings": settings, "draws": draws, "slos": list(slos),
                       "search": search, "n_workers": n_workers, "discrepancy": rule,
-                      "caveats": sc.caveats(deployment),
+                      "caveats": sc.caveats(deployment, draws.unseen_gpu),
                       "coefficients": {"source": posterior_source, "config": cd.config,
                                        "seen_config": bool(cd.seen_config),
                                        "unseen_levels": {k: str(v) for k, v in cd.unseen_levels.items()},

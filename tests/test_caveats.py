@@ -19,3 +19,12 @@ def test_routed_experts_in_fp8_are_a_caveat_dense_fp8_and_bf16_experts_are_not()
     assert caveats.fp8_moe(Deployment("qwen3-30b-a3b", "H100")) == []            # bf16
     assert caveats.fp8_moe(Deployment("llama-3.1-8b", "H100", dtype="fp8")) == []  # dense
     assert caveats.fp8_moe(Deployment("mixtral-8x7b", "H100", tp=2)) == []
+
+
+def test_a_gpu_the_posterior_never_saw_is_a_caveat_naming_how_it_is_priced():
+    assert caveats.unseen_gpu(None) == []
+    (measured,) = caveats.unseen_gpu("A100-SXM-80GB")
+    assert "no trace of A100-SXM-80GB" in measured and "kernel times there" in measured
+    assert "4-24% too fast at 6 req/s" in measured and "Calibrate" in measured
+    (unmeasured,) = caveats.unseen_gpu("A40")
+    assert "spread as kernel-db's GPUs differ" in unmeasured

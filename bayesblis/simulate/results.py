@@ -49,6 +49,7 @@ class Draws:
     noise_sigma: np.ndarray
     noise_nu: np.ndarray
     source: str = "fixed"
+    unseen_gpu: str | None = None  # the GPU of posterior draws whose hardware the fit never saw
 
     def __post_init__(self):
         self.beta = np.atleast_2d(np.asarray(self.beta, float))
@@ -65,7 +66,9 @@ class Draws:
 
     @classmethod
     def from_coefficient_draws(cls, cd, source: str) -> "Draws":
-        return cls(cd.beta, cd.alpha, cd.noise_sigma, cd.noise_nu, source)
+        gpu = (getattr(cd, "unseen_levels", None) or {}).get("hardware")
+        return cls(cd.beta, cd.alpha, cd.noise_sigma, cd.noise_nu, source,
+                   None if gpu is None else str(gpu))
 
 
 def summarize(values, ci_prob: float = CI_PROB, discrepancy_sd: float = 0.0,
@@ -367,7 +370,7 @@ def run_scenario(scenario, draws: Draws, *, seed: int = 0, max_duration_s: float
                      "coefficients_source": draws.source, "draws": int(draws.n_draws),
                      "discrepancy": discrepancy.to_dict() if discrepancy else None,
                      "sampling_defaults": scenario.sampling_defaults(),
-                     "caveats": scenario.caveats(deployment),
+                     "caveats": scenario.caveats(deployment, draws.unseen_gpu),
                      "seed": int(seed), "ci_prob": float(ci_prob),
                      "max_duration_s": max_duration_s, "package_version": __version__,
                      "wall_s": round(wall, 3),
@@ -387,7 +390,7 @@ def _any_stage(flags: np.ndarray) -> np.ndarray:
 
 def _draw_slice(draws: Draws, a: int, b: int) -> Draws:
     return Draws(draws.beta[a:b], draws.alpha[a:b], draws.noise_sigma[a:b],
-                 draws.noise_nu[a:b], draws.source)
+                 draws.noise_nu[a:b], draws.source, draws.unseen_gpu)
 
 
 def _describe(deployment) -> dict:

@@ -132,16 +132,17 @@ class Scenario:
 
         return sampling_defaults(self.model) if self.vllm["generation_config"] == "auto" else {}
 
-    def caveats(self, deployment=None) -> list[str]:
+    def caveats(self, deployment=None, unseen_gpu: str | None = None) -> list[str]:
         """Warnings for a prediction of this scenario (`bayesblis.caveats`) served on
-        `deployment` (None: the scenario's own, where it names the hardware), and the
-        source's own `notes`."""
+        `deployment` (None: the scenario's own, where it names the hardware) with draws of
+        a GPU the posterior never saw (`unseen_gpu`), and the source's own `notes`."""
         from bayesblis import caveats
 
         if deployment is None and self.hardware:
             deployment = self.deployment()
         moe = caveats.fp8_moe(deployment) if deployment is not None else []
-        return [*caveats.sampling(self.sampling_defaults()), *moe, *self.notes]
+        return [*caveats.sampling(self.sampling_defaults()), *moe,
+                *caveats.unseen_gpu(unseen_gpu), *self.notes]
 
     def with_hardware(self, hardware: str | None) -> "Scenario":
         return replace(self, hardware=hardware) if hardware else self

@@ -459,6 +459,7 @@ def test_an_option_on_a_gpu_never_traced_is_scaled_and_widened_by_its_own_sd(swe
                     allow_unseen=True, posterior_source="p", discrepancy=disc)
     assert new_gpu_options(plan) == [plan["options"][0]["label"]]
     assert f"log-scale sd of {HARDWARE_SCALE:g}" in format_plan(plan)
+    assert any("no trace of H200" in text for text in plan["metadata"]["caveats"])
 
 
 def test_an_option_on_a_gpu_kernel_db_lacks_takes_kernel_db_spread_across_gpus(sweep):

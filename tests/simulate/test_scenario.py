@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import yaml
 
 from bayesblis.errors import InputError
+from bayesblis.simulate.results import Draws, run_scenario
 from bayesblis.simulate.scenario import Scenario, load_scenario
 from bayesblis.simulate.workload import (OUTPUT_EXTRA_TOKENS, TOKEN_INFLATION, generate,
                                          sample_tokens, shared_prefix, stage_arrivals,
                                          workload_summary)
 
-from sim_helpers import REAL
+from sim_helpers import ALPHA_PRIOR, BETA_PRIOR, REAL, beta_vector
 
 BASE = {
     "model": "llama-2-7b", "hardware": "H100-SXM", "tp": 1,
@@ -322,3 +324,22 @@ def test_trace_v2_header_without_data_generates_its_blis_workload_spec(tmp_path)
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(header))
     with pytest.raises(InputError, match="preset"):
         load_scenario(tmp_path / "run.yaml", hardware="H100-SXM")
+
+
+def test_draws_of_a_gpu_the_posterior_never_saw_carry_it_to_the_result_caveats():
+    """`Draws.from_coefficient_draws` keeps the unseen hardware level; the result names it."""
+    beta, alpha = np.tile(beta_vector(BETA_PRIOR), (2, 1)), np.tile(list(ALPHA_PRIOR.values()), (2, 1))
+    cd = SimpleNamespace(beta=beta, alpha=alpha, noise_sigma=np.full(2, 0.1), noise_nu=np.full(2, 5.0),
+                         unseen_levels={"hardware": "L40S"})
+    draws = Draws.from_coefficient_draws(cd, "posterior")
+    assert draws.unseen_gpu == "L40S"
+    assert Draws.from_coefficient_draws(SimpleNamespace(**{**vars(cd), "unseen_levels": {}}),
+                                        "posterior").unseen_gpu is None
+    sc = Scenario.from_dict({
+        "model": "llama-2-7b", "hardware": "L40S",
+        "vllm": {"max_num_batched_tokens": 2048, "max_num_seqs": 16, "max_model_len": 2048},
+        "workload": {"seed": 1, "arrival": "poisson", "stages": [{"rate": 1, "duration": 5}],
+                     "prompt_tokens": {"dist": "uniform", "min": 100, "max": 200},
+                     "output_tokens": {"dist": "uniform", "min": 5, "max": 10}}})
+    result = run_scenario(sc, draws, seed=0, n_workers=1)
+    assert any("no trace of L40S" in text for text in result["metadata"]["caveats"])
