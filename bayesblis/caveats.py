@@ -6,7 +6,8 @@ Each comes from a measured miss of the new-model check (docs/new-models.md,
 docs/limits.md) and is raised where its cause is present:
 
 - a repetition penalty among the sampling defaults vLLM applies to requests that set none
-  (`catalog.generation`): per-step work no traced model does;
+  (`catalog.generation`), or top-k / top-p over a vocabulary of 100k tokens or more:
+  per-step work no traced model does;
 - routed experts computed in FP8: vLLM 0.15's FP8 fused-MoE kernels are timed in kernel-db
   only at other shapes or versions, and the step at small batches costs more than uniform
   routing over the experts says;
@@ -21,26 +22,40 @@ SAMPLING_MEASURED = ("the one measured model whose defaults set a repetition pen
 FP8_MOE_MEASURED = ("the one measured FP8 MoE model (Llama-4-Scout-17B-16E, TP 2) ran 8-11% "
                     "slower than predicted on 1,448-token outputs (its first tokens 30% later) "
                     "and within 6% either way at 2.5-10 req/s")
-"""The figures: the new-model check, model version 14 (docs/new-models.md)."""
+LARGE_VOCAB = 100_000
+"""Vocabularies from this size up make top-k / top-p sampling a caveat (the traced models': 32k)."""
+LARGE_VOCAB_MEASURED = ("measured TP 1 models with 128-152k-token vocabularies ran 7-24% slower "
+                        "than predicted (Llama-3.1-8B-Instruct, top_p 0.9; Qwen3-14B), "
+                        "Llama-3.1-70B-Instruct at TP 4 within 4%")
+"""The figures: the new-model check and `benchmarks/sim_to_real.py`, model version 14
+(docs/new-models.md)."""
 UNSEEN_GPU_MEASURED = ("on seven measured A100 and L40S runs such predictions were within 10% at "
                        "2.5 req/s but 4-24% too fast at 6 req/s, where a request in flight cost "
                        "1.6-3x the simulation's")
-"""The figures: `benchmarks/other_gpus.py`, model version 14 (docs/kernel-db.md)."""
+"""The figures: `benchmarks/sim_to_real.py`, model version 14 (docs/kernel-db.md)."""
 
 
-def sampling(defaults: dict) -> list[str]:
+def sampling(defaults: dict, vocab_size: int | None = None) -> list[str]:
     """The caveat of sampling defaults (`catalog.generation.sampling_defaults`) that set a
-    repetition penalty; none otherwise."""
+    repetition penalty, or top-k or top-p over a vocabulary of at least `LARGE_VOCAB` tokens
+    (`vocab_size`, None: unknown); none otherwise."""
     penalty = defaults.get("repetition_penalty")
-    if penalty is None:
+    filtered = any(k in defaults for k in ("top_k", "top_p"))
+    if penalty is None and not (filtered and (vocab_size or 0) >= LARGE_VOCAB):
         return []
-    others = ", ".join(f"{k} {v:g}" for k, v in defaults.items() if k != "repetition_penalty")
-    return [f"the model's generation_config.json sets repetition_penalty {penalty:g}"
+    lead = "repetition_penalty" if penalty is not None else ("top_p" if "top_p" in defaults else "top_k")
+    others = ", ".join(f"{k} {v:g}" for k, v in defaults.items() if k != lead)
+    head = (f"the model's generation_config.json sets {lead} {defaults[lead]:g}"
             + (f" (and {others})" if others else "")
-            + "; vLLM applies these to requests that set none (--generation-config auto). The "
-            f"penalty adds per-step work no traced model does: {SAMPLING_MEASURED} "
-            "(docs/limits.md). Requests that set it themselves, or a server run with "
-            "--generation-config vllm (scenario: vllm.generation_config: vllm), avoid it"]
+            + "; vLLM applies these to requests that set none (--generation-config auto). ")
+    if penalty is not None:
+        body = f"The penalty adds per-step work no traced model does: {SAMPLING_MEASURED}"
+    else:
+        body = (f"It samples them with a sort over the whole {vocab_size:,}-token vocabulary each "
+                f"step, work no traced model does at that size: {LARGE_VOCAB_MEASURED}")
+    return [head + body + " (docs/new-models.md). Requests that set their own sampling, or a "
+            "server run with --generation-config vllm (scenario: vllm.generation_config: vllm), "
+            "avoid it"]
 
 
 def fp8_moe(deployment) -> list[str]:

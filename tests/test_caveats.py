@@ -13,6 +13,16 @@ def test_a_repetition_penalty_is_a_caveat_other_defaults_are_not():
     assert caveats.sampling({"temperature": 0.6, "top_p": 0.9}) == [] == caveats.sampling({})
 
 
+def test_top_p_or_top_k_over_a_large_vocabulary_is_a_caveat_over_a_small_one_not():
+    (text,) = caveats.sampling({"temperature": 0.6, "top_p": 0.9}, vocab_size=128256)
+    assert text.startswith("the model's generation_config.json sets top_p 0.9 (and temperature 0.6)")
+    assert "128,256-token vocabulary" in text and "7-24% slower" in text
+    (text,) = caveats.sampling({"top_k": 20}, vocab_size=151936)
+    assert "sets top_k 20;" in text
+    assert caveats.sampling({"temperature": 0.6, "top_p": 0.9}, vocab_size=32000) == []
+    assert caveats.sampling({"temperature": 0.7}, vocab_size=152064) == []
+
+
 def test_routed_experts_in_fp8_are_a_caveat_dense_fp8_and_bf16_experts_are_not():
     (text,) = caveats.fp8_moe(Deployment("qwen3-30b-a3b", "H100", dtype="fp8"))
     assert "FP8" in text and "1,448-token outputs" in text and "Calibrate" in text

@@ -141,7 +141,8 @@ class Scenario:
         if deployment is None and self.hardware:
             deployment = self.deployment()
         moe = caveats.fp8_moe(deployment) if deployment is not None else []
-        return [*caveats.sampling(self.sampling_defaults()), *moe,
+        vocab = deployment.model.vocab_size if deployment is not None else None
+        return [*caveats.sampling(self.sampling_defaults(), vocab), *moe,
                 *caveats.unseen_gpu(unseen_gpu), *self.notes]
 
     def with_hardware(self, hardware: str | None) -> "Scenario":

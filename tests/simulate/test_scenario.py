@@ -87,6 +87,9 @@ def test_the_models_sampling_defaults_apply_unless_the_server_ignores_them(tmp_p
                               "vllm": {"generation_config": "vllm"}})
     assert off.sampling_defaults() == {} and off.caveats() == []
     assert Scenario.from_dict(BASE).caveats() == []
+    llama31 = Scenario.from_dict({**BASE, "model": "llama-3.1-8b", "hardware": "H100-SXM"})
+    (text,) = llama31.caveats()     # top-p 0.9 over 128,256 tokens
+    assert "sets top_p 0.9" in text and "128,256-token vocabulary" in text
 
 
 def test_unchunked_prefill_needs_a_budget_for_the_longest_prompt(tmp_path):
