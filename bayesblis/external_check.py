@@ -130,13 +130,8 @@ def predict_run(run: ExternalRun, posterior, *, n_draws: int = 40, seed: int = 0
     """RESULT.json of the run simulated from its profile with posterior draws."""
     from bayesblis.coefficients import posterior_draws
     from bayesblis.simulate.results import Draws, run_scenario
-    from bayesblis.simulate.scenario import Scenario
 
-    scenario = Scenario.from_inference_perf(run.folder, run.hardware, seed=seed)
-    config = resolve_model_config(scenario.model, model_configs)
-    if config is not None:
-        scenario.model = str(config)
-    deployment = scenario.deployment()
+    scenario, deployment = run_scenario_of(run, model_configs, seed=seed)
     cd = posterior_draws(posterior, deployment, n_draws, allow_unseen=allow_unseen, seed=seed)
     rule = (discrepancy.for_configuration(cd.seen_config, cd.unseen_levels, cd.fitted_load)
             if discrepancy is not None else None)
@@ -145,6 +140,18 @@ def predict_run(run: ExternalRun, posterior, *, n_draws: int = 40, seed: int = 0
     result["seen_config"] = bool(cd.seen_config)
     result["unseen_levels"] = cd.unseen_levels
     return result
+
+
+def run_scenario_of(run: ExternalRun, model_configs=None, *, seed: int = 0):
+    """(Scenario, Deployment) the run's folder describes, its model resolved through
+    `model_configs` (`resolve_model_config`); a BayesBlisError says why it cannot be built."""
+    from bayesblis.simulate.scenario import Scenario
+
+    scenario = Scenario.from_inference_perf(run.folder, run.hardware, seed=seed)
+    config = resolve_model_config(scenario.model, model_configs)
+    if config is not None:
+        scenario.model = str(config)
+    return scenario, scenario.deployment()
 
 
 def resolve_model_config(model: str, folders) -> Path | None:
@@ -228,28 +235,30 @@ def _itl_miscounted(row: dict, workload_row: dict | None) -> str | None:
     return None
 
 
-def summarize(records: list[dict]) -> dict:
-    """Per metric: median abs(error) and signed error of the median, of the mean, coverage and
-    median width, over all stages and per model."""
-    def block(rows):
-        out = {"n_stages": len(rows)}
-        for m in METRICS:
-            def col(k):
-                return [r[k] for r in rows if r.get(k) is not None]
-            abs_err, covered = col(f"abs_pct_error_{m}"), col(f"covered_{m}")
-            if not abs_err:
-                continue
-            out[m] = {"median_abs_pct_error": float(np.median(abs_err)),
-                      "median_signed_pct_error": float(np.median(col(f"signed_pct_error_{m}"))),
-                      "median_signed_pct_error_of_mean":
-                          float(np.median(col(f"signed_pct_error_of_mean_{m}"))),
-                      "coverage": float(np.mean(covered)),
-                      "median_width_pct": float(np.median(col(f"width_pct_{m}")))}
-        return out
+def summary_block(rows: list[dict]) -> dict:
+    """Per metric over `rows` (scored stage records): median abs(error) and signed error of
+    the median, of the mean, coverage and median width; ``n_stages``."""
+    out = {"n_stages": len(rows)}
+    for m in METRICS:
+        def col(k):
+            return [r[k] for r in rows if r.get(k) is not None]
+        abs_err, covered = col(f"abs_pct_error_{m}"), col(f"covered_{m}")
+        if not abs_err:
+            continue
+        out[m] = {"median_abs_pct_error": float(np.median(abs_err)),
+                  "median_signed_pct_error": float(np.median(col(f"signed_pct_error_{m}"))),
+                  "median_signed_pct_error_of_mean":
+                      float(np.median(col(f"signed_pct_error_of_mean_{m}"))),
+                  "coverage": float(np.mean(covered)),
+                  "median_width_pct": float(np.median(col(f"width_pct_{m}")))}
+    return out
 
+
+def summarize(records: list[dict]) -> dict:
+    """`summary_block` over all stages and per model."""
     models = sorted({r["model"] for r in records})
-    return {"overall": block(records),
-            "by_model": {m: block([r for r in records if r["model"] == m]) for m in models}}
+    return {"overall": summary_block(records),
+            "by_model": {m: summary_block([r for r in records if r["model"] == m]) for m in models}}
 
 
 def run_check(dirs, posterior, *, hardware: str | None = None, n_draws: int = 40, seed: int = 0,

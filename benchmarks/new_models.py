@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from bayesblis.discrepancy import load_discrepancy
-from bayesblis.external_check import METRICS, expand_runs, format_table, run_check, write_report
+from bayesblis.external_check import (METRICS, expand_runs, format_table, run_check,
+                                      summary_block, write_report)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared/data"
 OUT = Path(__file__).resolve().parent / "results/new_models.json"
@@ -38,18 +39,9 @@ def fit_traced_runs(workdir: Path) -> Path:
 
 
 def subset_summary(records: list[dict], keep) -> dict:
-    """Median |error|, median signed error, coverage and width of the median per metric."""
+    """`external_check.summary_block` of the records keep(record) selects, and their runs."""
     rows = [r for r in records if keep(r)]
-    out = {"n_runs": len({r["run"] for r in rows}), "n_stages": len(rows)}
-    for m in METRICS:
-        scored = [r for r in rows if f"abs_pct_error_{m}" in r]
-        if scored:
-            out[m] = {"median_abs_pct_error": float(np.median([r[f"abs_pct_error_{m}"] for r in scored])),
-                      "median_signed_pct_error": float(np.median([r[f"signed_pct_error_{m}"] for r in scored])),
-                      "coverage": float(np.mean([r[f"covered_{m}"] for r in scored])),
-                      "median_width_pct": float(np.median([r[f"width_pct_{m}"] for r in scored])),
-                      "n_scored": len(scored)}
-    return out
+    return {"n_runs": len({r["run"] for r in rows}), **summary_block(rows)}
 
 
 def main(argv=None) -> dict:

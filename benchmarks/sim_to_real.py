@@ -40,8 +40,8 @@ import numpy as np
 
 from bayesblis.discrepancy import load_discrepancy
 from bayesblis.errors import BayesBlisError, InputError
-from bayesblis.external_check import (METRICS, format_table, read_run, resolve_model_config,
-                                      run_check, write_report)
+from bayesblis.external_check import (METRICS, format_table, read_run, run_check,
+                                      run_scenario_of, summary_block, write_report)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared/data"
 OUT = Path(__file__).resolve().parent / "results/sim_to_real.json"
@@ -146,15 +146,8 @@ def write_run_folder(root: Path, name: str, run: dict) -> Path:
 
 def unpredictable(folder: Path, model_configs) -> str | None:
     """Why a run folder cannot be simulated (its model's config unknown, ...); None if it can."""
-    from bayesblis.simulate.scenario import Scenario
-
     try:
-        run = read_run(folder)
-        scenario = Scenario.from_inference_perf(folder, run.hardware)
-        config = resolve_model_config(scenario.model, model_configs)
-        if config is not None:
-            scenario.model = str(config)
-        scenario.deployment()
+        run_scenario_of(read_run(folder), model_configs)
     except BayesBlisError as exc:
         return str(exc).splitlines()[0]
     return None
@@ -179,16 +172,11 @@ def study_errors(records: list[dict], runs: dict) -> dict:
 
 
 def group_summary(records: list[dict], key) -> dict:
-    """{group: {metric: median |error|, median signed error, coverage, stages}} by key(record)."""
+    """{group: `external_check.summary_block`} of the records grouped by key(record)."""
     groups = defaultdict(list)
     for r in records:
         groups[key(r)].append(r)
-    return {g: {m: {"median_abs_pct_error": float(np.median([r[f"abs_pct_error_{m}"] for r in rows])),
-                    "median_signed_pct_error": float(np.median([r[f"signed_pct_error_{m}"] for r in rows])),
-                    "coverage": float(np.mean([r[f"covered_{m}"] for r in rows])),
-                    "n_stages": len(rows)}
-                for m in METRICS}
-            for g, rows in sorted(groups.items())}
+    return {g: summary_block(rows) for g, rows in sorted(groups.items())}
 
 
 def main(argv=None) -> dict:
@@ -240,7 +228,7 @@ def main(argv=None) -> dict:
     write_report(args.out, report)
     print(format_table(report))
     for key, block in report["summary_by_gpu_stage"].items():
-        print(key, {m: round(v["median_signed_pct_error"], 1) for m, v in block.items()})
+        print(key, {m: round(block[m]["median_signed_pct_error"], 1) for m in METRICS if m in block})
     for simulator, block in report["study_simulators"].items():
         print(f"{simulator} against bayesblis on the same stages (median |error| %):",
               {m: (round(v["median_abs_pct_error"], 1), round(v["bayesblis_median_abs_pct_error"], 1),

@@ -66,7 +66,7 @@ class Draws:
 
     @classmethod
     def from_coefficient_draws(cls, cd, source: str) -> "Draws":
-        gpu = (getattr(cd, "unseen_levels", None) or {}).get("hardware")
+        gpu = cd.unseen_levels.get("hardware")
         return cls(cd.beta, cd.alpha, cd.noise_sigma, cd.noise_nu, source,
                    None if gpu is None else str(gpu))
 
