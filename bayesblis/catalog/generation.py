@@ -31,9 +31,13 @@ TRANSFORMERS_DEFAULTS = {"repetition_penalty": 1.0, "temperature": 1.0, "top_k":
 KNOWN = {
     "qwen/qwen2.5-7b-instruct": {"repetition_penalty": 1.05, "temperature": 0.7, "top_p": 0.8, "top_k": 20},
     "meta-llama/llama-3.1-8b-instruct": {"temperature": 0.6, "top_p": 0.9},
+    "meta-llama/llama-2-7b-hf": {"temperature": 0.6, "top_p": 0.9},
 }
 """Published generation_config.json sampling fields of catalog models (Hugging Face, by
-model id, lower case). A model id not here, with no file beside its config, has none known."""
+model id, lower case), from copies whose bytes match the hashes recorded for the Hub file
+(Llama-2-7b-hf: SHA-256 11e70f5f...; its earlier revisions set temperature 0.9 and top-p
+0.6, a top-p all the same: the traced Llama-2-7B runs sampled with top-p over 32k tokens).
+A model id not here, with no file beside its config, has none known."""
 
 
 def read_generation_config(path) -> dict:

@@ -52,5 +52,6 @@ def test_the_file_beside_a_config_json_then_the_known_catalog_ids(tmp_path):
     # the catalog's short name is its entry's checkpoint; an alias names another one
     assert sampling_defaults("qwen2.5-7b") == KNOWN["qwen/qwen2.5-7b-instruct"]
     assert sampling_defaults("Qwen/Qwen2.5-7B") == {}
-    assert sampling_defaults("llama-2-7b") == {} == sampling_defaults("no-such/model")
+    assert sampling_defaults("llama-2-7b") == {"temperature": 0.6, "top_p": 0.9}   # the traced model's
+    assert sampling_defaults("meta-llama/Llama-2-70b-hf") == {} == sampling_defaults("no-such/model")
 
