@@ -7,7 +7,8 @@ docs/limits.md) and is raised where its cause is present:
 
 - a repetition penalty among the sampling defaults vLLM applies to requests that set none
   (`catalog.generation`), or top-k / top-p over a vocabulary of 100k tokens or more:
-  per-step work no traced model does;
+  per-step work no traced model does; and a vocabulary that size whose model's defaults
+  are not known here;
 - routed experts computed in FP8: vLLM 0.15's FP8 fused-MoE kernels are timed in kernel-db
   only at other shapes or versions, and the step at small batches costs more than uniform
   routing over the experts says;
@@ -35,10 +36,17 @@ UNSEEN_GPU_MEASURED = ("on seven measured A100 and L40S runs such predictions we
 """The figures: `benchmarks/sim_to_real.py`, model version 14 (docs/kernel-db.md)."""
 
 
-def sampling(defaults: dict, vocab_size: int | None = None) -> list[str]:
+def sampling(defaults: dict, vocab_size: int | None = None, known: bool = True) -> list[str]:
     """The caveat of sampling defaults (`catalog.generation.sampling_defaults`) that set a
     repetition penalty, or top-k or top-p over a vocabulary of at least `LARGE_VOCAB` tokens
-    (`vocab_size`, None: unknown); none otherwise."""
+    (`vocab_size`, None: unknown), or of defaults not `known` for a vocabulary that size;
+    none otherwise."""
+    if not known and not defaults and (vocab_size or 0) >= LARGE_VOCAB:
+        return [f"no generation_config.json is known here for this model of a {vocab_size:,}-token "
+                "vocabulary, so its sampling defaults are taken as none. vLLM applies them to "
+                "requests that set none (--generation-config auto), and top-k or top-p sorts the "
+                f"whole vocabulary each step: {LARGE_VOCAB_MEASURED} (docs/new-models.md). Put "
+                "the model's generation_config.json beside its config.json to have it checked"]
     penalty = defaults.get("repetition_penalty")
     filtered = any(k in defaults for k in ("top_k", "top_p"))
     if penalty is None and not (filtered and (vocab_size or 0) >= LARGE_VOCAB):

@@ -76,6 +76,16 @@ def sampling_defaults(model: str) -> dict:
     return dict(KNOWN.get(_model_id(str(model).strip()).lower(), {}))
 
 
+def defaults_known(model: str) -> bool:
+    """Whether `model`'s sampling defaults are known here (`sampling_defaults`): a
+    generation_config.json beside its config, or its model id in `KNOWN`."""
+    path = Path(str(model))
+    folder = path if path.is_dir() else path.parent if path.is_file() else None
+    if folder is not None:
+        return (folder / FILE_NAME).is_file()
+    return _model_id(str(model).strip()).lower() in KNOWN
+
+
 def _model_id(name: str) -> str:
     """The model id a name stands for: a catalog short name is its entry's `hf_id` (the
     aliases name other checkpoints, whose defaults may differ); anything else as given."""

@@ -137,12 +137,14 @@ class Scenario:
         `deployment` (None: the scenario's own, where it names the hardware) with draws of
         a GPU the posterior never saw (`unseen_gpu`), and the source's own `notes`."""
         from bayesblis import caveats
+        from bayesblis.catalog.generation import defaults_known
 
         if deployment is None and self.hardware:
             deployment = self.deployment()
         moe = caveats.fp8_moe(deployment) if deployment is not None else []
         vocab = deployment.model.vocab_size if deployment is not None else None
-        return [*caveats.sampling(self.sampling_defaults(), vocab), *moe,
+        known = self.vllm["generation_config"] != "auto" or defaults_known(self.model)
+        return [*caveats.sampling(self.sampling_defaults(), vocab, known), *moe,
                 *caveats.unseen_gpu(unseen_gpu), *self.notes]
 
     def with_hardware(self, hardware: str | None) -> "Scenario":

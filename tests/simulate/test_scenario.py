@@ -92,6 +92,23 @@ def test_the_models_sampling_defaults_apply_unless_the_server_ignores_them(tmp_p
     assert "sets top_p 0.9" in text and "128,256-token vocabulary" in text
 
 
+def test_a_large_vocabulary_without_known_defaults_says_where_to_put_them(tmp_path):
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+              "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "num_hidden_layers": 32, "vocab_size": 128256, "max_position_embeddings": 8192,
+              "torch_dtype": "bfloat16"}
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    sc = Scenario.from_dict({**BASE, "model": str(folder / "config.json"), "hardware": "H100-SXM"})
+    (text,) = sc.caveats()
+    assert "no generation_config.json is known here" in text and "128,256-token" in text
+    (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1}))
+    assert sc.caveats() == []               # the file is there and sets no sampling field
+    off = Scenario.from_dict({**BASE, "model": "llama-2-7b", "vllm": {"generation_config": "vllm"}})
+    assert off.caveats() == []
+
+
 def test_unchunked_prefill_needs_a_budget_for_the_longest_prompt(tmp_path):
     """As vLLM: without chunked prefill a prompt must fit one step (else it would wait forever)."""
     vllm = {**BASE["vllm"], "enable_chunked_prefill": False}
