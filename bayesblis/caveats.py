@@ -42,11 +42,12 @@ def sampling(defaults: dict, vocab_size: int | None = None, known: bool = True) 
     (`vocab_size`, None: unknown), or of defaults not `known` for a vocabulary that size;
     none otherwise."""
     if not known and not defaults and (vocab_size or 0) >= LARGE_VOCAB:
-        return [f"no generation_config.json is known here for this model of a {vocab_size:,}-token "
-                "vocabulary, so its sampling defaults are taken as none. vLLM applies them to "
-                "requests that set none (--generation-config auto), and top-k or top-p sorts the "
-                f"whole vocabulary each step: {LARGE_VOCAB_MEASURED} (docs/new-models.md). Put "
-                "the model's generation_config.json beside its config.json to have it checked"]
+        return [f"no generation_config.json is known here for this model ({vocab_size:,}-token "
+                "vocabulary), so no sampling defaults are assumed. If its file sets top-k or "
+                "top-p, vLLM applies them to requests that set none (--generation-config auto) "
+                f"and sorts the whole vocabulary each step: {LARGE_VOCAB_MEASURED} "
+                "(docs/new-models.md). Put the model's generation_config.json beside its "
+                "config.json to have it checked"]
     penalty = defaults.get("repetition_penalty")
     filtered = any(k in defaults for k in ("top_k", "top_p"))
     if penalty is None and not (filtered and (vocab_size or 0) >= LARGE_VOCAB):

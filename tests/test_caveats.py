@@ -25,7 +25,7 @@ def test_top_p_or_top_k_over_a_large_vocabulary_is_a_caveat_over_a_small_one_not
 
 def test_unknown_defaults_of_a_large_vocabulary_are_a_caveat_known_ones_and_small_ones_not():
     (text,) = caveats.sampling({}, vocab_size=131072, known=False)
-    assert text.startswith("no generation_config.json is known here") and "131,072-token" in text
+    assert text.startswith("no generation_config.json is known here") and "(131,072-token" in text
     assert "7-24% slower" in text and "beside its config.json" in text
     assert caveats.sampling({}, vocab_size=131072, known=True) == []     # known to set none
     assert caveats.sampling({}, vocab_size=32000, known=False) == []
