@@ -10,7 +10,7 @@ figures published beside the measurements (in sample for BLIS).
         [--plot docs/new-models-check.png]
 
 200 draws, the published figures' (about a minute): with 40, a never-traced model's median
-moved by up to 6 points between runs of one posterior (Mistral-Nemo TP 2: +1.2% against +7.0%).
+sat up to 6 points from the 200-draw one (Mistral-Nemo TP 2, one posterior: +1.2% against +7.0%).
 """
 
 from __future__ import annotations
