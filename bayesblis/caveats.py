@@ -6,9 +6,9 @@ Each comes from a measured miss of the new-model check (docs/new-models.md,
 docs/limits.md) and is raised where its cause is present:
 
 - a repetition penalty among the sampling defaults vLLM applies to requests that set none
-  (`catalog.generation`), or top-k / top-p over a vocabulary of 100k tokens or more:
-  per-step work no traced model does; and a vocabulary that size whose model's defaults
-  are not known here;
+  (`catalog.generation`): per-step work no traced model does (top-k and top-p are priced,
+  `catalog.sampler_prices`); and a vocabulary of 100k tokens or more whose model's defaults
+  are not known here, whose sort would then be left out;
 - routed experts computed in FP8: vLLM 0.15's FP8 fused-MoE kernels are timed in kernel-db
   only at other shapes or versions, and the step at small batches costs more than uniform
   routing over the experts says;
@@ -19,52 +19,55 @@ docs/limits.md) and is raised where its cause is present:
 from __future__ import annotations
 
 SAMPLING_MEASURED = ("the one measured model whose defaults set a repetition penalty "
-                     "(Qwen2.5-7B-Instruct, 1.05) ran 11-15% slower than predicted")
-FP8_MOE_MEASURED = ("the one measured FP8 MoE model (Llama-4-Scout-17B-16E, TP 2) ran 8-11% "
-                    "slower than predicted on 1,448-token outputs (its first tokens 30% later) "
-                    "and within 6% either way at 2.5-10 req/s")
+                     "(Qwen2.5-7B-Instruct, 1.05) ran within 2% with its top-k / top-p sort "
+                     "priced, at outputs of 250-1,450 tokens; the penalty's own work grows with "
+                     "each request's output (vLLM pull request 47540: 6 ms a step at 4k tokens "
+                     "of history) and is not priced")
+FP8_MOE_MEASURED = ("the one measured FP8 MoE model (Llama-4-Scout-17B-16E, TP 2) ran 8-14% "
+                    "slower than predicted on 1,448-token outputs (its first tokens 29-33% "
+                    "later) and within 9% either way at 2.5-10 req/s")
 LARGE_VOCAB = 100_000
-"""Vocabularies from this size up make top-k / top-p sampling a caveat (the traced models': 32k)."""
-LARGE_VOCAB_MEASURED = ("measured TP 1 models with 128-152k-token vocabularies ran 7-24% slower "
-                        "than predicted (Llama-3.1-8B-Instruct, top_p 0.9; Qwen3-14B), "
-                        "Llama-3.1-70B-Instruct at TP 4 within 4%")
-"""The figures: the new-model check and `benchmarks/sim_to_real.py`, model version 14
+"""Vocabularies from this size up make unknown sampling defaults a caveat (the traced models': 32k)."""
+LARGE_VOCAB_MEASURED = ("Qwen3-14B, whose defaults are not known here, was predicted 7-19% "
+                        "fast at TP 1")
+"""The figures: `benchmarks/sim_to_real.py`, model version 15, check seeds 1 and 2
 (docs/new-models.md)."""
-UNSEEN_GPU_MEASURED = ("on seven measured A100 and L40S runs such predictions were within 10% at "
-                       "2.5 req/s but 4-24% too fast at 6 req/s, where a request in flight cost "
-                       "1.6-3x the simulation's")
-"""The figures: `benchmarks/sim_to_real.py`, model version 14 (docs/kernel-db.md)."""
+UNSEEN_GPU_MEASURED = ("on seven measured A100 and L40S runs such predictions were −7 to +14% "
+                       "off at 2.5 req/s and −23 to +21% at 6 req/s")
+"""The figures: `benchmarks/sim_to_real.py`, model version 15, check seeds 1 and 2
+(docs/kernel-db.md)."""
 
 
-def sampling(defaults: dict, vocab_size: int | None = None, known: bool = True) -> list[str]:
+def sampling(defaults: dict, vocab_size: int | None = None, known: bool = True,
+             deployment=None) -> list[str]:
     """The caveat of sampling defaults (`catalog.generation.sampling_defaults`) that set a
-    repetition penalty, or top-k or top-p over a vocabulary of at least `LARGE_VOCAB` tokens
-    (`vocab_size`, None: unknown), or of defaults not `known` for a vocabulary that size;
-    none otherwise."""
+    repetition penalty, or of defaults not `known` for a vocabulary of at least `LARGE_VOCAB`
+    tokens (`vocab_size`, None: unknown; the sort top-k or top-p would add is quoted at 32
+    requests on `deployment`'s GPU when given); none otherwise. Top-k and top-p themselves
+    are priced (`catalog.sampler_prices`)."""
     if not known and not defaults and (vocab_size or 0) >= LARGE_VOCAB:
+        cost = ""
+        if deployment is not None:
+            from bayesblis.catalog.sampler_prices import SORT, step_prices
+
+            step_s, row_s = step_prices(vocab_size, SORT, deployment.gpu.hbm_bandwidth_bytes_per_s)
+            cost = f" (about {(step_s + 32 * row_s) * 1e3:.1f} ms a step at 32 requests on {deployment.gpu.name})"
         return [f"no generation_config.json is known here for this model ({vocab_size:,}-token "
                 "vocabulary), so no sampling defaults are assumed. If its file sets top-k or "
                 "top-p, vLLM applies them to requests that set none (--generation-config auto) "
-                f"and sorts the whole vocabulary each step: {LARGE_VOCAB_MEASURED} "
-                "(docs/new-models.md). Put the model's generation_config.json beside its "
-                "config.json to have it checked"]
+                f"and sorts the whole vocabulary each step{cost}, which the prediction then "
+                f"leaves out: {LARGE_VOCAB_MEASURED} (docs/new-models.md). Put the model's "
+                "generation_config.json beside its config.json to have it priced"]
     penalty = defaults.get("repetition_penalty")
-    filtered = any(k in defaults for k in ("top_k", "top_p"))
-    if penalty is None and not (filtered and (vocab_size or 0) >= LARGE_VOCAB):
+    if penalty is None:
         return []
-    lead = "repetition_penalty" if penalty is not None else ("top_p" if "top_p" in defaults else "top_k")
-    others = ", ".join(f"{k} {v:g}" for k, v in defaults.items() if k != lead)
-    head = (f"the model's generation_config.json sets {lead} {defaults[lead]:g}"
+    others = ", ".join(f"{k} {v:g}" for k, v in defaults.items() if k != "repetition_penalty")
+    return [f"the model's generation_config.json sets repetition_penalty {penalty:g}"
             + (f" (and {others})" if others else "")
-            + "; vLLM applies these to requests that set none (--generation-config auto). ")
-    if penalty is not None:
-        body = f"The penalty adds per-step work no traced model does: {SAMPLING_MEASURED}"
-    else:
-        body = (f"It samples them with a sort over the whole {vocab_size:,}-token vocabulary each "
-                f"step, work no traced model does at that size: {LARGE_VOCAB_MEASURED}")
-    return [head + body + " (docs/new-models.md). Requests that set their own sampling, or a "
-            "server run with --generation-config vllm (scenario: vllm.generation_config: vllm), "
-            "avoid it"]
+            + "; vLLM applies these to requests that set none (--generation-config auto). "
+            f"The penalty adds per-step work no traced model does: {SAMPLING_MEASURED} "
+            "(docs/new-models.md). Requests that set their own sampling, or a server run with "
+            "--generation-config vllm (scenario: vllm.generation_config: vllm), avoid it"]
 
 
 def fp8_moe(deployment) -> list[str]:

@@ -18,7 +18,7 @@ from bayesblis.catalog.kernel_spread import hardware_scales
 from bayesblis.constants import CI_PROB, DIM_ALPHA_FEATURE, DIM_CONFIG, DIM_FEATURE
 from bayesblis.discrepancy import fitted_load
 from bayesblis.errors import UnseenLevelError
-from bayesblis.features.beta import ASYNC_STEP_AGGREGATES
+from bayesblis.features.beta import ASYNC_STEP_AGGREGATES, LATE_FEATURES
 from bayesblis.model.data import config_key, config_row, tp_of
 from bayesblis.model.hierarchy import LEVELS
 from bayesblis.model.priors import PROPORTIONAL_GROUPS, floors, tie_columns
@@ -292,7 +292,7 @@ run with: each coefficient's posterior median (the vector of medians; not a join
 
 COEFFICIENTS_EXPECTED = "coefficients (data_specs/coefficients-input.md)"
 
-OPTIONAL_BETA = ("kv_token_layer_s", "tp_sync_s")
+OPTIONAL_BETA = ("kv_token_layer_s", "tp_sync_s", *LATE_FEATURES)
 """Step terms an exported JSON may lack (a posterior fitted without them; 0 = the term is
 absent), as `simulate.results.OPTIONAL_ALPHA` for alpha."""
 
@@ -714,7 +714,8 @@ def blis_to_bayesblis(blis: dict, *, factors: dict | None = None,
     one coefficient here) their mean; beta8 (per MoE layer) has no bayesblis slot and is
     dropped; alpha1 (post-decode) is the return cost at `BLIS_TYPICAL_REQUEST`'s decoding
     requests, and alpha0 holds it once more (the prompt cost stays in alpha0: alpha_prompt_s
-    0); kv_token_layer_s is 0 (no BLIS slot), offload_s 1 (the physics estimate); a beta2a of 0
+    0); kv_token_layer_s is 0 (no BLIS slot), offload_s 1 (the physics estimate), sampling_s
+    0 (beta6, per request, holds the sampler's cost); a beta2a of 0
     (the export's: decode compute under the roofline) reads as the prefill compute's, to which
     the fit ties it. `tp_slot`
     (`features.beta.blis_tp_slot`): beta4 is tp_comm times its slope factor, and beta7 holds
@@ -726,7 +727,7 @@ def blis_to_bayesblis(blis: dict, *, factors: dict | None = None,
             "weight_traffic_s": b[2], "kv_traffic_s": 0.5 * (b[8] + b[9]),
             "kv_token_layer_s": 0.0, "tp_comm_s": tp_comm, "tp_sync_s": 0.0, "ep_comm_s": b[10],
             "offload_s": 1.0, "layer_overhead_s": b[4], "request_overhead_s": b[5],
-            "step_overhead_s": b[6] - tp_comm * tp_step_us}
+            "step_overhead_s": b[6] - tp_comm * tp_step_us, "sampling_s": 0.0}
     beta = {k: v / float((factors or {}).get(k, 1.0)) for k, v in beta.items()}
     wait_us = async_wait_us(beta, async_step)
     decoding = BLIS_TYPICAL_REQUEST["decoding_requests"]

@@ -35,7 +35,9 @@ from bayesblis.reconstruct import KINDS, OBS_COLUMNS, otel_observations, trace_f
 def deployment_for_source(source, hardware: str | None = None):
     """The `Deployment` of a source: model (catalog name, HF id or config.json path),
     hardware (the source's `hardware` setting, else the `hardware` argument), tp, ep,
-    dtype, block_size."""
+    dtype, block_size, and the sampler its requests take (the model's sampling defaults
+    under `generation_config`, `catalog.generation.sampler_for`)."""
+    from bayesblis.catalog.generation import sampler_for
     from bayesblis.catalog.models import load_model
     from bayesblis.features.physics import Deployment
 
@@ -55,7 +57,8 @@ def deployment_for_source(source, hardware: str | None = None):
             f"{where} or pass hardware=... (CLI --hardware)")
     try:
         return Deployment(load_model(model), hw, tp=int(s.get("tp") or 1), ep=int(s.get("ep") or 1),
-                          dtype=str(s.get("dtype") or "auto"), block_size=int(s.get("block_size") or 16))
+                          dtype=str(s.get("dtype") or "auto"), block_size=int(s.get("block_size") or 16),
+                          sampler=sampler_for(model, str(s.get("generation_config") or "auto")))
     except (UnknownArchitectureError, UnknownHardwareError) as exc:
         raise type(exc)(f"source '{source.name}': {exc}") from None
 

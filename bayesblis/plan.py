@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from bayesblis import __version__
+from bayesblis.catalog.generation import GENERATION_CONFIG_MODES
 from bayesblis.catalog.kernel_spread import HARDWARE_SCALE, unmeasured_metric_sd
 from bayesblis.constants import CI_PROB
 from bayesblis.discrepancy import (NEW_CONFIGURATION, NEW_GPU, UNMEASURED_GPU, load_excess,
@@ -43,7 +44,7 @@ from bayesblis.discrepancy import (NEW_CONFIGURATION, NEW_GPU, UNMEASURED_GPU, l
 from bayesblis.errors import BayesBlisError, UnseenLevelError
 from bayesblis.simulate.results import (METRICS, Draws, per_draw_metrics, predicted_load,
                                         saturated_share, summarize_metric)
-from bayesblis.simulate.scenario import GENERATION_CONFIG_MODES, VLLM_KEYS
+from bayesblis.simulate.scenario import VLLM_KEYS
 from bayesblis.simulate.workload import (PromptSet, Workload, format_workload_summary,
                                          sample_tokens, workload_summary)
 

@@ -120,7 +120,7 @@ STRUCTURED_EFFECTS = {
 
 Every other (level, coefficient) effect is drawn from Normal(0, LEVEL_SCALES[level])."""
 
-_ADDED_LATER = ("kv_token_layer_s", "tp_sync_s")
+_ADDED_LATER = ("kv_token_layer_s", "tp_sync_s", "sampling_s")
 _NAMES = ([("beta", f) for f in BETA_FEATURES if f not in _ADDED_LATER]
           + [("alpha", f) for f in ALPHA_FEATURES] + [("beta", f) for f in _ADDED_LATER])
 """The order of an effect's normal draws: features added to the model after a truth was
@@ -254,9 +254,13 @@ class RunSpec:
     heldout: bool = False
 
     def deployment(self):
+        """The run's `Deployment`, its sampler the one a fit of its traces assumes (the
+        model's sampling defaults, `catalog.generation.sampler_for`)."""
+        from bayesblis.catalog.generation import sampler_for
         from bayesblis.features.physics import Deployment
 
-        return Deployment(self.model, self.hardware, tp=self.tp, ep=self.ep, dtype="auto")
+        return Deployment(self.model, self.hardware, tp=self.tp, ep=self.ep, dtype="auto",
+                          sampler=sampler_for(self.model))
 
     @property
     def name(self) -> str:

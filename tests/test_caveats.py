@@ -6,27 +6,23 @@ from bayesblis import caveats
 from bayesblis.features.physics import Deployment
 
 
-def test_a_repetition_penalty_is_a_caveat_other_defaults_are_not():
-    (text,) = caveats.sampling({"repetition_penalty": 1.05, "top_k": 20})
+def test_a_repetition_penalty_is_a_caveat_priced_top_k_and_top_p_are_not():
+    (text,) = caveats.sampling({"repetition_penalty": 1.05, "top_k": 20}, vocab_size=152064)
     assert "repetition_penalty 1.05 (and top_k 20)" in text
-    assert "11-15% slower than predicted" in text and "--generation-config vllm" in text
-    assert caveats.sampling({"temperature": 0.6, "top_p": 0.9}) == [] == caveats.sampling({})
-
-
-def test_top_p_or_top_k_over_a_large_vocabulary_is_a_caveat_over_a_small_one_not():
-    (text,) = caveats.sampling({"temperature": 0.6, "top_p": 0.9}, vocab_size=128256)
-    assert text.startswith("the model's generation_config.json sets top_p 0.9 (and temperature 0.6)")
-    assert "128,256-token vocabulary" in text and "7-24% slower" in text
-    (text,) = caveats.sampling({"top_k": 20}, vocab_size=151936)
-    assert "sets top_k 20;" in text
-    assert caveats.sampling({"temperature": 0.6, "top_p": 0.9}, vocab_size=32000) == []
-    assert caveats.sampling({"temperature": 0.7}, vocab_size=152064) == []
+    assert "within 2% with its top-k / top-p sort priced" in text and "not priced" in text
+    assert "--generation-config vllm" in text
+    assert caveats.sampling({"temperature": 0.6, "top_p": 0.9}, vocab_size=128256) == []
+    assert caveats.sampling({"top_k": 20}, vocab_size=151936) == [] == caveats.sampling({})
 
 
 def test_unknown_defaults_of_a_large_vocabulary_are_a_caveat_known_ones_and_small_ones_not():
     (text,) = caveats.sampling({}, vocab_size=131072, known=False)
     assert text.startswith("no generation_config.json is known here") and "(131,072-token" in text
-    assert "7-24% slower" in text and "beside its config.json" in text
+    assert "predicted 7-19% fast" in text and "beside its config.json" in text
+    assert "ms a step" not in text                                # no deployment: no price quoted
+    (priced,) = caveats.sampling({}, vocab_size=131072, known=False,
+                                 deployment=Deployment("llama-3.1-8b", "H100"))
+    assert "about 1.3 ms a step at 32 requests on H100-SXM" in priced   # 0.29 ms + 32 x 32 µs
     assert caveats.sampling({}, vocab_size=131072, known=True) == []     # known to set none
     assert caveats.sampling({}, vocab_size=32000, known=False) == []
     assert caveats.sampling({}, vocab_size=None, known=False) == []
@@ -44,6 +40,6 @@ def test_a_gpu_the_posterior_never_saw_is_a_caveat_naming_how_it_is_priced():
     assert caveats.unseen_gpu(None) == []
     (measured,) = caveats.unseen_gpu("A100-SXM-80GB")
     assert "no trace of A100-SXM-80GB" in measured and "kernel times there" in measured
-    assert "4-24% too fast at 6 req/s" in measured and "Calibrate" in measured
+    assert "−23 to +21% at 6 req/s" in measured and "Calibrate" in measured
     (unmeasured,) = caveats.unseen_gpu("A40")
     assert "spread as kernel-db's GPUs differ" in unmeasured

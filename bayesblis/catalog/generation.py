@@ -6,10 +6,12 @@ applies its sampling fields to every request that sets none of its own (vLLM pul
 through transformers' `to_diff_dict`, drops the values equal to transformers' own defaults
 (`TRANSFORMERS_DEFAULTS`: an explicit top-k of 50 is no default at all).
 
-Some defaults put work on every engine step that no traced model does: a repetition
-penalty (vLLM 0.15: each step waits for the previous step's tokens, rebuilds the
-output-token tensor on the CPU and counts tokens over two batch x vocabulary tensors);
-`bayesblis.caveats.sampling` says so where it applies.
+Top-k or top-p makes vLLM sort the whole vocabulary every step: `sampler_for` names the
+sampler path a deployment's requests take, which `catalog.sampler_prices` prices. A
+repetition penalty puts further work on every step that is not priced (vLLM 0.15: each step
+waits for the previous step's tokens, rebuilds the output-token tensor on the CPU and counts
+tokens over two batch x vocabulary tensors); `bayesblis.caveats.sampling` says so where it
+applies, and where a large vocabulary's defaults are not known.
 
 Sources: `generation_config.json` beside a model's config.json, else ``KNOWN`` (the
 published files of catalog models, verified copies only), by model id; a catalog short name
@@ -24,6 +26,8 @@ from pathlib import Path
 from bayesblis.errors import InputError
 
 FILE_NAME = "generation_config.json"
+GENERATION_CONFIG_MODES = ("auto", "vllm")
+"""vLLM's `--generation-config` values modelled: the model's defaults, or vLLM's own."""
 VLLM_FIELDS = ("repetition_penalty", "temperature", "top_k", "top_p", "min_p", "max_new_tokens")
 """The fields vLLM 0.15 takes from a generation_config.json (`ModelConfig.get_diff_sampling_param`)."""
 TRANSFORMERS_DEFAULTS = {"repetition_penalty": 1.0, "temperature": 1.0, "top_k": 50, "top_p": 1.0}
@@ -74,6 +78,15 @@ def sampling_defaults(model: str) -> dict:
         candidate = folder / FILE_NAME
         return read_generation_config(candidate) if candidate.is_file() else {}
     return dict(KNOWN.get(_model_id(str(model).strip()).lower(), {}))
+
+
+def sampler_for(model, generation_config: str = "auto") -> str:
+    """The sampler path (`catalog.sampler_prices`) of requests that set no sampling fields,
+    served with `--generation-config` `generation_config` ('auto': the model's defaults,
+    `sampling_defaults`; 'vllm': vLLM's own, plain sampling)."""
+    from bayesblis.catalog.sampler_prices import PLAIN, sampler_path
+
+    return sampler_path(sampling_defaults(model)) if generation_config == "auto" else PLAIN
 
 
 def defaults_known(model: str) -> bool:

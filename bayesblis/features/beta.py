@@ -54,6 +54,7 @@ BETA_FEATURES = (
     "layer_overhead_s",
     "request_overhead_s",
     "step_overhead_s",
+    "sampling_s",
 )
 """Step features, in the column order of `beta_features`."""
 
@@ -62,6 +63,11 @@ BLIS_BETA_ORDER = ("beta1a_prefill_compute", "beta2a_decode_compute", "beta3_wei
                    "beta7_per_step_us", "beta8_per_moe_layer_us", "beta1b_prefill_kv_memory",
                    "beta2b_decode_kv_memory", "beta_ep_alltoall_comm")
 """BLIS trained-physics `beta_coeffs` order (11 entries)."""
+
+LATE_FEATURES = ("sampling_s",)
+"""The last features of BETA_FEATURES, added after coefficient files were first written: a
+file may omit them (written earlier, or by hand with the sampler inside the per-request
+cost), and they count 0."""
 
 NO_BLIS_SLOT = ("kv_token_layer_s", "tp_sync_s", "offload_s")
 """Our features BLIS's `beta_coeffs` has no place of their own: `to_blis_beta` folds
@@ -296,6 +302,10 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
     b[f["layer_overhead_s"]] = m.n_layers * US
     W[a["num_prefill_reqs"], f["request_overhead_s"]] = US
     W[a["num_decode_reqs"], f["request_overhead_s"]] = US
+    # every scheduled request's row of logits goes through vLLM's sampler
+    W[a["num_prefill_reqs"], f["sampling_s"]] = d.sampler_row_s
+    W[a["num_decode_reqs"], f["sampling_s"]] = d.sampler_row_s
+    b[f["sampling_s"]] = d.sampler_step_s
     b[f["step_overhead_s"]] = US
     W.setflags(write=False)
     b.setflags(write=False)
@@ -488,19 +498,25 @@ def to_blis_beta(beta: Mapping[str, float], tp: int = 1,
     (`Deployment.feature_factors`, feature -> factor, 1 when absent; weight traffic's
     averaged over dense weights and routed experts by their bytes) multiply their
     coefficients; offload_s and kv_token_layer_s have no BLIS slot and are dropped
-    (NO_BLIS_SLOT). `tp_slot` (`blis_tp_slot`): tp_comm's line in BLIS's basis, β4 = its
-    slope factor x tp_comm and β7 += its per-step µs x tp_comm, and tp_sync folded into β5
+    (NO_BLIS_SLOT); sampling_s joins the per-request β6 and the per-step β7 at the
+    deployment's priced µs per sampled request and per step (`factors["sampling_s"]`,
+    `factors["sampling_s_per_step"]`; without them, 0). `tp_slot`
+    (`blis_tp_slot`): tp_comm's line in BLIS's basis, β4 = its slope factor x tp_comm and β7 += its per-step µs x tp_comm, and tp_sync folded into β5
     at the deployment's own rounds per layer; without it β4 = tp_comm and the rounds are
     the ring's at `tp`.
     """
-    missing = [n for n in BETA_FEATURES if n not in NO_BLIS_SLOT and n not in beta]
+    missing = [n for n in BETA_FEATURES
+               if n not in NO_BLIS_SLOT and n not in LATE_FEATURES and n not in beta]
     if missing:
         raise KeyError(f"coefficients missing: {', '.join(missing)}")
     factors = factors or {}
     g = lambda k: float(beta[k]) * float(factors.get(k, 1.0))  # noqa: E731
     tp_per_token, tp_step_us, rounds = tp_slot or (1.0, 0.0, allreduce_rounds_per_layer(tp))
     per_layer = g("layer_overhead_s") + rounds * (g("tp_sync_s") if "tp_sync_s" in beta else 0.0)
-    return [g("prefill_compute_s"), 0.0, g("weight_traffic_s"),
-            g("tp_comm_s") * tp_per_token, per_layer, g("request_overhead_s"),
-            g("step_overhead_s") + g("tp_comm_s") * tp_step_us, 0.0,
+    sampling = float(beta.get("sampling_s", 0.0))
+    per_request = g("request_overhead_s") + sampling * float(factors.get("sampling_s", 0.0))
+    per_step = (g("step_overhead_s") + g("tp_comm_s") * tp_step_us
+                + sampling * float(factors.get("sampling_s_per_step", 0.0)))
+    return [g("prefill_compute_s"), 0.0, g("weight_traffic_s"), g("tp_comm_s") * tp_per_token,
+            per_layer, per_request, per_step, 0.0,
             g("kv_traffic_s"), g("kv_traffic_s"), g("ep_comm_s")]

@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from bayesblis.catalog import kernel_prices, weight_streaming
+from bayesblis.catalog import kernel_prices, sampler_prices, weight_streaming
 from bayesblis.catalog.gpus import DTYPES, GpuSpec, load_gpu, normalize_dtype
 from bayesblis.catalog.models import DTYPE_BYTES, ModelArch, load_model
+from bayesblis.constants import US
 from bayesblis.errors import BayesBlisError
 
 ACTIVATION_BYTES = 2.0
@@ -70,6 +71,9 @@ class Deployment:
     bytes, seconds) of one all-reduce vLLM runs at this TP (its custom kernel over NVLink,
     NCCL over PCIe) as kernel-db measured it, which then prices the step's all-reduces
     whole; None without TP or a table (the ring formula and per-round latency instead).
+    `sampler`: the path vLLM's sampler takes for the requests (`catalog.sampler_prices`:
+    'sort' under top-p or top-k sampling defaults, 'plain', 'greedy'); `sampler_step_s` and
+    `sampler_row_s`: its priced seconds per step and per sampled request.
     """
 
     model: ModelArch
@@ -79,6 +83,7 @@ class Deployment:
     dtype: str = "bf16"
     block_size: int = 16
     kv_cache_dtype: str = "auto"
+    sampler: str = sampler_prices.PLAIN
 
     # per-step constants, filled in __post_init__
     compute_dtype: str = field(init=False)
@@ -96,6 +101,8 @@ class Deployment:
     prefill_attention_factor: float = field(init=False)
     kv_stream_factor: float = field(init=False)
     allreduce_curve: tuple | None = field(init=False, compare=False, repr=False)
+    sampler_step_s: float = field(init=False)
+    sampler_row_s: float = field(init=False)
 
     def __post_init__(self):
         model, gpu = load_model(self.model), load_gpu(self.gpu)
@@ -120,6 +127,9 @@ class Deployment:
             raise DeploymentError(f"ep={ep} must divide the {model.n_experts} experts of {model.name}")
         if not isinstance(self.block_size, int) or self.block_size < 1:
             raise DeploymentError(f"block_size must be a positive integer, got {self.block_size!r}")
+        if self.sampler not in sampler_prices.PATHS:
+            raise DeploymentError(f"sampler must be one of {', '.join(sampler_prices.PATHS)}, "
+                                  f"got {self.sampler!r}")
 
         requested = normalize_dtype(self.dtype)
         if requested == "auto":
@@ -159,6 +169,8 @@ class Deployment:
         allreduce = kernel_prices.allreduce_curve(gpu, tp) if tp > 1 else None
         # FlashAttention computes in bf16 whatever the weights' dtype
         attention_peak = gpu.peak_flops("bf16") if compute in LOW_PRECISION and gpu.supports("bf16") else peak
+        sampler_step_s, sampler_row_s = sampler_prices.step_prices(
+            model.vocab_size, self.sampler, gpu.hbm_bandwidth_bytes_per_s)
         for key, value in (("dtype", compute), ("compute_dtype", compute),
                            ("weight_bytes_per_param", weight_bytes), ("kv_bytes_per_element", kv_elem), ("peak_flops_per_s", peak),
                            ("hbm_bandwidth_bytes_per_s", gpu.hbm_bandwidth_bytes_per_s),
@@ -170,21 +182,25 @@ class Deployment:
                            ("attention_peak_flops_per_s", attention_peak),
                            ("prefill_attention_factor", 1.0 if prefill_attention is None else prefill_attention),
                            ("kv_stream_factor", 1.0 if kv_stream is None else kv_stream),
-                           ("allreduce_curve", allreduce)):
+                           ("allreduce_curve", allreduce),
+                           ("sampler_step_s", sampler_step_s), ("sampler_row_s", sampler_row_s)):
             object.__setattr__(self, key, value)
 
     @property
     def feature_factors(self) -> dict[str, float]:
         """Step feature -> the kernel-priced factor its physics carries (1 when none):
         what an export to a simulator pricing raw bytes and FLOPs (BLIS) folds into the
-        coefficients. Weight traffic's is the bytes-weighted mean of the dense weights' and
-        the routed experts' factors over every weight (a decode batch that touches every
-        expert, as BLIS prices them)."""
+        coefficients; sampling's are the priced µs per sampled request and per step
+        (`sampling_s_per_step`), which BLIS's per-request and per-step slots carry. Weight
+        traffic's is the bytes-weighted mean of the dense weights' and the routed experts'
+        factors over every weight (a decode batch that touches every expert, as BLIS prices
+        them)."""
         dense = self.streamed_weight_bytes
         experts = self.model.n_moe_layers * self.model.n_experts * self.expert_weight_bytes_per_layer
         weight = (dense * self.weight_stream_factor + experts * self.moe_stream_factor) / (dense + experts)
         return {"prefill_compute_s": self.compute_factor, "decode_compute_s": self.compute_factor,
-                "weight_traffic_s": weight, "kv_traffic_s": self.kv_stream_factor}
+                "weight_traffic_s": weight, "kv_traffic_s": self.kv_stream_factor,
+                "sampling_s": self.sampler_row_s / US, "sampling_s_per_step": self.sampler_step_s / US}
 
     # ---- identity -------------------------------------------------------------
     @property
@@ -292,4 +308,6 @@ class Deployment:
             "attention_peak_flops_per_s": self.attention_peak_flops_per_s,
             "prefill_attention_factor": self.prefill_attention_factor,
             "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
+            "sampler": self.sampler, "sampler_step_s": self.sampler_step_s,
+            "sampler_row_s": self.sampler_row_s,
         }

@@ -13,7 +13,10 @@ Defaults are the vLLM V1 engine's (v0.8+, checked against v0.15):
   `--no-async-scheduling` for servers that run without it;
 - `max_model_len` None means "the model's own `max_position_embeddings`";
 - `kv_blocks_total_gpu` None means "computed by vLLM at start-up" (from
-  `--num-gpu-blocks-override` when given, else memory profiling).
+  `--num-gpu-blocks-override` when given, else memory profiling);
+- `generation_config` 'auto': requests that set no sampling fields take the model's
+  `generation_config.json` defaults (vLLM's default since 0.9; 'vllm': vLLM's own), which
+  decide the sampler a step runs (`catalog.sampler_prices`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import shlex
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from bayesblis.catalog.generation import GENERATION_CONFIG_MODES
 from bayesblis.errors import InputError
 
 V1_DEFAULT_MAX_NUM_SEQS = 256
@@ -48,6 +52,7 @@ class VllmSettings:
     kv_offloading_size_gb: float = 0.0
     dtype: str = "auto"
     kv_blocks_total_gpu: int | None = None
+    generation_config: str = "auto"
 
     def __post_init__(self):
         for name in ("tp", "ep", "max_num_batched_tokens", "max_num_seqs", "block_size"):
@@ -67,6 +72,9 @@ class VllmSettings:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise InputError(None, f"invalid value {value!r}", field=name, expected="a string")
+        if self.generation_config not in GENERATION_CONFIG_MODES:
+            raise InputError(None, f"invalid value {self.generation_config!r}", field="generation_config",
+                             expected=" or ".join(GENERATION_CONFIG_MODES))
         for name in ("enable_prefix_caching", "enable_chunked_prefill", "async_scheduling"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(None, f"invalid value {getattr(self, name)!r}", field=name,
@@ -101,7 +109,7 @@ class VllmSettings:
             "gpu_memory_utilization": "gpu_memory_utilization", "block_size": "block_size",
             "enable_prefix_caching": "enable_prefix_caching",
             "enable_chunked_prefill": "enable_chunked_prefill", "dtype": "dtype",
-            "async_scheduling": "async_scheduling",
+            "async_scheduling": "async_scheduling", "generation_config": "generation_config",
         }
         kwargs = {mapping[k]: v for k, v in data.items() if k in mapping}
         kwargs.update(overrides)
@@ -138,6 +146,7 @@ class VllmSettings:
             "block-size": ("block_size", int), "kv-offloading-size": ("kv_offloading_size_gb", float),
             "cpu-offload-gb": ("weight_offload_gb", float), "dtype": ("dtype", str),
             "num-gpu-blocks-override": ("kv_blocks_total_gpu", int),
+            "generation-config": ("generation_config", str),
             "data-parallel-size": (None, int),
         }
         flags = {"enable-prefix-caching": "enable_prefix_caching",

@@ -26,6 +26,7 @@ Where the centres come from (see data_specs/features.md):
   trained-physics: 0.75-1.95);
 - overheads in µs: per layer ~30, per request ~4, per step ~100 (trained-physics:
   32.1, 4.42, 126.0);
+- sampling ~1 (vLLM's sampler at its published timings, catalog/sampler_prices.py);
 - alpha: arrival->queue a few ms, per output token tens of µs (trained-physics 45.9).
 """
 
@@ -89,6 +90,13 @@ BETA_PRIORS = {
     # calibration (4.42 µs) and decode compute takes the rest.
     "request_overhead_s": {"median": 4.0, "log_sd": 0.3, "levels": SOFTWARE},
     "step_overhead_s": {"median": 100.0, "log_sd": 0.5, "levels": SOFTWARE},
+    # vLLM's sampler per step, priced from its published kernel timings
+    # (catalog/sampler_prices.py: the top-p sort on H100 at 1-4 rows as a power of the rows,
+    # its chord over 8-64 rows); B200's timings at 64-128 rows put the per-request part 1.5x
+    # higher. The traces sample 32k vocabularies (Llama-2-7B with top-p), where the sort is
+    # about 0.19 ms a step and 7 µs a request on H100; 90% prior [0.61, 1.64]. One value per
+    # GPU (a kernel's efficiency).
+    "sampling_s": {"median": 1.0, "log_sd": 0.1, "levels": SOFTWARE},
 }
 """`levels`: the pooling levels whose effects the coefficient gets. Per-configuration
 effects only where the data of one configuration can identify them, i.e. on features

@@ -412,12 +412,13 @@ def load_coefficients(path) -> Draws:
     "noise_sigma": 0.0, "noise_nu": 30.0} (noise optional; beta names missing -> error).
     YAML (BLIS style): `alpha_coeffs` [4] and `beta_coeffs` [len(BETA_FEATURES)] lists in
     ALPHA_FEATURES / BETA_FEATURES order. Files written before `alpha_frontend_s` existed
-    (three alpha values; BLIS's own alpha has three) simulate without it (0 µs).
+    (three alpha values; BLIS's own alpha has three) simulate without it (0 µs); before
+    `sampling_s` (`features.beta.LATE_FEATURES`), without that (0).
     """
     from pathlib import Path
 
     from bayesblis.errors import InputError
-    from bayesblis.features.beta import BETA_FEATURES
+    from bayesblis.features.beta import BETA_FEATURES, LATE_FEATURES
     from bayesblis.io.text import parse_json_text, parse_yaml_text, read_text_checked
 
     path = Path(path)
@@ -431,6 +432,8 @@ def load_coefficients(path) -> Draws:
         alpha, beta = data["alpha_coeffs"], data["beta_coeffs"]
         if isinstance(alpha, list) and len(alpha) == len(ALPHA_FEATURES) - len(OPTIONAL_ALPHA):
             alpha = alpha + [0.0] * len(OPTIONAL_ALPHA)
+        if isinstance(beta, list) and len(beta) == len(BETA_FEATURES) - len(LATE_FEATURES):
+            beta = beta + [0.0] * len(LATE_FEATURES)
         for name, vals, n in (("alpha_coeffs", alpha, len(ALPHA_FEATURES)),
                               ("beta_coeffs", beta, len(BETA_FEATURES))):
             if not isinstance(vals, list) or len(vals) != n or not all(
@@ -438,7 +441,8 @@ def load_coefficients(path) -> Draws:
                     for v in vals):
                 raise InputError(path, f"invalid value {vals!r}", field=name,
                                  expected=f"a list of {n} numbers" + (
-                                     f" (or {n - len(OPTIONAL_ALPHA)})" if name == "alpha_coeffs" else ""))
+                                     f" (or {n - len(OPTIONAL_ALPHA)})" if name == "alpha_coeffs"
+                                     else f" (or {n - len(LATE_FEATURES)})"))
         alpha = np.array(alpha, float)
         beta = np.array(beta, float)
     else:
@@ -451,8 +455,7 @@ def load_coefficients(path) -> Draws:
             if not isinstance(block, dict):
                 raise InputError(path, "missing or not an object", field=key,
                                  expected=f"{{name: value}} with names {list(names)}")
-            if key == "alpha":
-                block = {**{n: 0.0 for n in OPTIONAL_ALPHA}, **block}
+            block = {**{n: 0.0 for n in (OPTIONAL_ALPHA if key == "alpha" else LATE_FEATURES)}, **block}
             unknown = sorted(set(block) - set(names))
             missing = [n for n in names if n not in block]
             if unknown or missing:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bayesblis.catalog.generation import GENERATION_CONFIG_MODES, sampler_for
 from bayesblis.errors import InputError
 from bayesblis.simulate.workload import (ARRIVALS, SHARED_PREFIX_KEYS, Workload, check_token_spec,
                                          generate, shared_prefix)
@@ -28,8 +29,6 @@ VLLM_DEFAULTS = {"max_num_batched_tokens": 2048, "max_num_seqs": 256, "max_model
                  "gpu_memory_utilization": 0.9, "block_size": 16, "enable_prefix_caching": True,
                  "enable_chunked_prefill": True, "kv_blocks_total": None,
                  "cpu_offload_blocks": 0, "async_scheduling": True, "generation_config": "auto"}
-GENERATION_CONFIG_MODES = ("auto", "vllm")
-"""vLLM's `--generation-config`: auto applies the model's sampling defaults, vllm does not."""
 TOP_KEYS = {"name", "model", "hardware", "tp", "ep", "dtype", "vllm", "workload"}
 WORKLOAD_KEYS = {"seed", "arrival", "stages", "prompt_tokens", "output_tokens", "prefix",
                  "shared_prefix"}
@@ -75,7 +74,8 @@ class Scenario:
             raise InputError(self.source, "no hardware given", field="hardware",
                              expected="a GPU catalog name (e.g. H100-SXM) or --hardware")
         return Deployment(self.model, self.hardware, tp=int(self.tp), ep=int(self.ep),
-                          dtype=self.dtype, block_size=int(self.vllm["block_size"]))
+                          dtype=self.dtype, block_size=int(self.vllm["block_size"]),
+                          sampler=sampler_for(self.model, self.vllm["generation_config"]))
 
     def engine_config(self, deployment=None):
         """`EngineConfig` with derived defaults filled in."""
@@ -144,7 +144,7 @@ class Scenario:
         moe = caveats.fp8_moe(deployment) if deployment is not None else []
         vocab = deployment.model.vocab_size if deployment is not None else None
         known = self.vllm["generation_config"] != "auto" or defaults_known(self.model)
-        return [*caveats.sampling(self.sampling_defaults(), vocab, known), *moe,
+        return [*caveats.sampling(self.sampling_defaults(), vocab, known, deployment), *moe,
                 *caveats.unseen_gpu(unseen_gpu), *self.notes]
 
     def with_hardware(self, hardware: str | None) -> "Scenario":

@@ -211,8 +211,12 @@ def test_to_blis_beta_order():
     assert len(out) == len(BLIS_BETA_ORDER) == 11
     # beta1a, beta2a = 0 (decode compute under the roofline), beta3, beta4, beta5..7 (µs),
     # beta8 = 0, beta1b = beta2b = kv, beta_EP (5 = kv_token_layer_s and 9 = offload_s have
-    # no BLIS slot; 7 = tp_sync_s is 0 at TP1)
+    # no BLIS slot; 7 = tp_sync_s is 0 at TP1; 13 = sampling_s needs the deployment's prices)
     assert out == [1.0, 0.0, 3.0, 6.0, 10.0, 11.0, 12.0, 0.0, 4.0, 4.0, 8.0]
+    # at the priced µs per sampled request (beta6) and per step (beta7)
+    priced = to_blis_beta(beta, factors={"sampling_s": 0.5, "sampling_s_per_step": 200.0})
+    assert (priced[5], priced[6]) == (11.0 + 13.0 * 0.5, 12.0 + 13.0 * 200.0)
+    assert to_blis_beta({k: v for k, v in beta.items() if k != "sampling_s"}) == out
     # at TP4 the all-reduce latency (2 x log2(4) rounds per layer) joins the per-layer beta5;
     # the export reads the TP from the configuration key
     assert to_blis_beta(beta, tp=4)[4] == 10.0 + 4 * 7.0

@@ -45,3 +45,13 @@ def test_validation():
         VllmSettings(gpu_memory_utilization=1.5)
     with pytest.raises(InputError, match="bogus"):
         VllmSettings.from_dict({"bogus": 1})
+
+
+def test_generation_config_is_read_from_the_command_and_the_config_and_checked(tmp_path):
+    assert VllmSettings().generation_config == "auto"
+    assert VllmSettings.from_cli_args("m --generation-config vllm").generation_config == "vllm"
+    (tmp_path / "exp-config.yaml").write_text("model: m\ngeneration_config: vllm\n")
+    assert VllmSettings.from_exp_config(tmp_path / "exp-config.yaml").generation_config == "vllm"
+    with pytest.raises(InputError) as info:
+        VllmSettings.from_cli_args("m --generation-config /models/m")
+    assert info.value.field == "generation_config" and "auto or vllm" in str(info.value)

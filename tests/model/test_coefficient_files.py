@@ -91,9 +91,15 @@ def test_a_blis_yaml_alone_maps_blis_slots_back_with_a_warning(exported, tmp_pat
     back = to_blis_beta(dict(zip(BETA_FEATURES, cd.beta[0])), tp=1, factors=dep.feature_factors)
     np.testing.assert_allclose(back, blis["beta_coeffs"], rtol=1e-12)   # the export's slots
     record = json.loads((d / "c.json").read_text())
+    shared = ("layer_overhead_s", "request_overhead_s", "sampling_s")
     for i, name in enumerate(BETA_FEATURES):   # slots with a bayesblis twin keep their medians
-        if name not in NO_BLIS_SLOT and name != "layer_overhead_s":
+        if name not in NO_BLIS_SLOT and name not in shared:
             assert cd.beta[0, i] == pytest.approx(record["beta"][name]["mean"], rel=1e-5), name
+    # beta6 holds the per-request cost and the sampler's at its priced µs per request
+    mean = {n: record["beta"].get(n, {"mean": 0.0})["mean"] for n in shared}  # tiny fit: no sampling_s
+    assert cd.beta[0, BETA_FEATURES.index("sampling_s")] == 0.0
+    assert cd.beta[0, BETA_FEATURES.index("request_overhead_s")] == pytest.approx(
+        mean["request_overhead_s"] + mean["sampling_s"] * dep.feature_factors["sampling_s"], rel=1e-5)
 
 
 def test_simulate_reads_both_files_and_says_what_a_set_means(exported):

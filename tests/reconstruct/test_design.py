@@ -60,6 +60,19 @@ def test_hardware_argument_and_missing_hardware(otel_source):
     assert deployment_for_source(otel_source, "L40S").gpu.name.startswith("H100")
 
 
+def test_a_sources_sampler_follows_its_models_defaults_and_the_generation_config(otel_source):
+    import copy
+
+    assert otel_source.settings["model"] == "meta-llama/Llama-2-7b-hf"   # top-p 0.9: sorts
+    assert deployment_for_source(otel_source).sampler == "sort"
+    off = copy.copy(otel_source)
+    off.settings = {**otel_source.settings, "generation_config": "vllm"}
+    assert deployment_for_source(off).sampler == "plain"
+    mixtral = copy.copy(otel_source)
+    mixtral.settings = {**otel_source.settings, "model": "mixtral-8x7b", "tp": 2}
+    assert deployment_for_source(mixtral).sampler == "plain"             # no defaults known
+
+
 def test_kinds_filter_and_subsampling(otel_source):
     md = build_model_data(_dataset(otel_source), kinds=["step_gap", "post_decode"])
     assert md.kinds() == ["post_decode", "step_gap"]

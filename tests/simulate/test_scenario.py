@@ -88,8 +88,10 @@ def test_the_models_sampling_defaults_apply_unless_the_server_ignores_them(tmp_p
     assert off.sampling_defaults() == {} and off.caveats() == []
     assert Scenario.from_dict(BASE).caveats() == []
     llama31 = Scenario.from_dict({**BASE, "model": "llama-3.1-8b", "hardware": "H100-SXM"})
-    (text,) = llama31.caveats()     # top-p 0.9 over 128,256 tokens
-    assert "sets top_p 0.9" in text and "128,256-token vocabulary" in text
+    assert llama31.caveats() == []      # top-p 0.9 over 128,256 tokens: its sort is priced
+    assert llama31.deployment().sampler == "sort"
+    assert Scenario.from_dict({**BASE, "model": "llama-3.1-8b", "hardware": "H100-SXM",
+                               "vllm": {"generation_config": "vllm"}}).deployment().sampler == "plain"
 
 
 def test_a_large_vocabulary_without_known_defaults_says_where_to_put_them(tmp_path):

@@ -16,7 +16,7 @@ RUNS = sorted(p.name for p in REAL.iterdir()) if REAL.is_dir() else []
 
 # H100 coefficients of the size a fit of the shared runs gives (model version 8; BETA_FEATURES
 # and ALPHA_FEATURES order), no step noise: each simulation is deterministic
-COEFFICIENTS = Draws(beta=[[2.0, 2.0, 1.2, 1.03, 0.08, 1.8, 7.8, 0.93, 1.03, 23.2, 4.9, 94.0]],
+COEFFICIENTS = Draws(beta=[[2.0, 2.0, 1.2, 1.03, 0.08, 1.8, 7.8, 0.93, 1.03, 23.2, 4.9, 94.0, 1.0]],
                      alpha=[[5300.0, 2.6, 37.5, 48.6]], noise_sigma=0.0, noise_nu=5.0)
 METRICS = ("e2e_mean_s", "ttft_mean_s", "itl_mean_s")
 
