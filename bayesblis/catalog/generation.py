@@ -72,8 +72,7 @@ def read_generation_config(path) -> dict:
 def sampling_defaults(model: str) -> dict:
     """What vLLM's `--generation-config auto` applies for `model` (a config.json path, a
     folder holding one, or a model id): the file beside the config, else `KNOWN`, else {}."""
-    path = Path(str(model))
-    folder = path if path.is_dir() else path.parent if path.is_file() else None
+    folder = _config_folder(model)
     if folder is not None:
         candidate = folder / FILE_NAME
         return read_generation_config(candidate) if candidate.is_file() else {}
@@ -84,19 +83,25 @@ def sampler_for(model, generation_config: str = "auto") -> str:
     """The sampler path (`catalog.sampler_prices`) of requests that set no sampling fields,
     served with `--generation-config` `generation_config` ('auto': the model's defaults,
     `sampling_defaults`; 'vllm': vLLM's own, plain sampling)."""
-    from bayesblis.catalog.sampler_prices import PLAIN, sampler_path
+    from bayesblis.catalog.sampler_prices import sampler_path
 
-    return sampler_path(sampling_defaults(model)) if generation_config == "auto" else PLAIN
+    return sampler_path(sampling_defaults(model) if generation_config == "auto" else {})
 
 
 def defaults_known(model: str) -> bool:
     """Whether `model`'s sampling defaults are known here (`sampling_defaults`): a
     generation_config.json beside its config, or its model id in `KNOWN`."""
-    path = Path(str(model))
-    folder = path if path.is_dir() else path.parent if path.is_file() else None
+    folder = _config_folder(model)
     if folder is not None:
         return (folder / FILE_NAME).is_file()
     return _model_id(str(model).strip()).lower() in KNOWN
+
+
+def _config_folder(model) -> Path | None:
+    """The folder of `model` given as a config.json path or a folder holding one; None for a
+    model id."""
+    path = Path(str(model))
+    return path if path.is_dir() else path.parent if path.is_file() else None
 
 
 def _model_id(name: str) -> str:

@@ -33,8 +33,8 @@ PATHS = (GREEDY, PLAIN, SORT)
 H100_SORT_MS = {32768: (0.094, 0.179), 131072: (0.128, 0.338)}
 """vLLM's PyTorch top-p sampler on H100 (pull request 42191, `topp_whole`): vocabulary ->
 ms at (1, 4) rows."""
-REFERENCE_BANDWIDTH = 3.35e12
-"""H100-SXM's datasheet HBM bandwidth (B/s), the GPU `H100_SORT_MS` was timed on."""
+REFERENCE_GPU = "H100-SXM"
+"""The GPU `H100_SORT_MS` was timed on; other GPUs scale by its HBM bandwidth over theirs."""
 SERVING_ROWS = (8, 64)
 """Requests per step over which the sort's power curve is replaced by its chord."""
 ROW_BYTES_PER_VOCAB = {GREEDY: 4.0, PLAIN: 48.0}
@@ -73,8 +73,15 @@ def step_prices(vocab_size: int, path: str, hbm_bandwidth_bytes_per_s: float) ->
     `vocab_size`-token vocabulary on a GPU of `hbm_bandwidth_bytes_per_s`."""
     if path == SORT:
         step_s, row_s = sort_line(vocab_size)
-        scale = REFERENCE_BANDWIDTH / float(hbm_bandwidth_bytes_per_s)
+        scale = reference_bandwidth() / float(hbm_bandwidth_bytes_per_s)
         return step_s * scale, row_s * scale
     if path not in ROW_BYTES_PER_VOCAB:
         raise ValueError(f"sampler path must be one of {', '.join(PATHS)}, got {path!r}")
     return 0.0, ROW_BYTES_PER_VOCAB[path] * float(vocab_size) / float(hbm_bandwidth_bytes_per_s)
+
+
+def reference_bandwidth() -> float:
+    """REFERENCE_GPU's datasheet HBM bandwidth (B/s, the GPU catalog's)."""
+    from bayesblis.catalog.gpus import load_gpu
+
+    return load_gpu(REFERENCE_GPU).hbm_bandwidth_bytes_per_s

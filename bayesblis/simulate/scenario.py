@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesblis.catalog.generation import GENERATION_CONFIG_MODES, sampler_for
+from bayesblis.catalog.generation import GENERATION_CONFIG_MODES, defaults_known
 from bayesblis.errors import InputError
 from bayesblis.simulate.workload import (ARRIVALS, SHARED_PREFIX_KEYS, Workload, check_token_spec,
                                          generate, shared_prefix)
@@ -68,6 +68,7 @@ class Scenario:
     # -- building blocks ---------------------------------------------------------------
     def deployment(self):
         """The `features.physics.Deployment` of this scenario."""
+        from bayesblis.catalog.sampler_prices import sampler_path
         from bayesblis.features.physics import Deployment
 
         if not self.hardware:
@@ -75,7 +76,7 @@ class Scenario:
                              expected="a GPU catalog name (e.g. H100-SXM) or --hardware")
         return Deployment(self.model, self.hardware, tp=int(self.tp), ep=int(self.ep),
                           dtype=self.dtype, block_size=int(self.vllm["block_size"]),
-                          sampler=sampler_for(self.model, self.vllm["generation_config"]))
+                          sampler=sampler_path(self.sampling_defaults()))
 
     def engine_config(self, deployment=None):
         """`EngineConfig` with derived defaults filled in."""
@@ -137,7 +138,6 @@ class Scenario:
         `deployment` (None: the scenario's own, where it names the hardware) with draws of
         a GPU the posterior never saw (`unseen_gpu`), and the source's own `notes`."""
         from bayesblis import caveats
-        from bayesblis.catalog.generation import defaults_known
 
         if deployment is None and self.hardware:
             deployment = self.deployment()

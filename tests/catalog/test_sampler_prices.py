@@ -33,9 +33,9 @@ def test_the_sort_is_the_chord_of_the_h100_power_curve_over_serving_rows():
 
 
 def test_prices_scale_with_bandwidth_and_plain_paths_have_no_step_part():
-    h100 = sp.step_prices(128256, sp.SORT, sp.REFERENCE_BANDWIDTH)
+    h100 = sp.step_prices(128256, sp.SORT, sp.reference_bandwidth())
     assert h100 == pytest.approx(sp.sort_line(128256))
-    assert sp.step_prices(128256, sp.SORT, sp.REFERENCE_BANDWIDTH / 2) == pytest.approx(
+    assert sp.step_prices(128256, sp.SORT, sp.reference_bandwidth() / 2) == pytest.approx(
         tuple(2 * np.array(h100)))
     assert sp.step_prices(131072, sp.PLAIN, 3.35e12) == pytest.approx((0.0, 48 * 131072 / 3.35e12))
     assert sp.step_prices(131072, sp.GREEDY, 3.35e12) == pytest.approx((0.0, 4 * 131072 / 3.35e12))
