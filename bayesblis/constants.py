@@ -6,7 +6,7 @@ Dimension names never change meaning anywhere in the package (see data_specs/dim
 CI_PROB = 0.90
 """Default probability mass of every credible interval the package reports."""
 
-MODEL_VERSION = "15"
+MODEL_VERSION = "16"
 """Bumped whenever the saved posterior layout or the model's meaning changes."""
 
 # Dimension names (xarray / ArviZ).
