@@ -28,8 +28,8 @@ FP8_MOE_MEASURED = ("the one measured FP8 MoE model (Llama-4-Scout-17B-16E, TP 2
                     "later) and within 9% either way at 2.5-10 req/s")
 LARGE_VOCAB = 100_000
 """Vocabularies from this size up make unknown sampling defaults a caveat (the traced models': 32k)."""
-LARGE_VOCAB_MEASURED = ("Qwen3-14B, whose defaults are not known here, was predicted 7-19% "
-                        "fast at TP 1")
+LARGE_VOCAB_MEASURED = ("Qwen3-14B at TP 1 was predicted 7-19% fast while its defaults "
+                        "(top-k and top-p) were not known here")
 """The figures: `benchmarks/sim_to_real.py`, model version 15, check seeds 1 and 2
 (docs/new-models.md)."""
 UNSEEN_GPU_MEASURED = ("on seven measured A100 and L40S runs such predictions were −7 to +14% "

@@ -36,12 +36,16 @@ KNOWN = {
     "qwen/qwen2.5-7b-instruct": {"repetition_penalty": 1.05, "temperature": 0.7, "top_p": 0.8, "top_k": 20},
     "meta-llama/llama-3.1-8b-instruct": {"temperature": 0.6, "top_p": 0.9},
     "meta-llama/llama-2-7b-hf": {"temperature": 0.6, "top_p": 0.9},
+    "qwen/qwen3-14b": {"temperature": 0.6, "top_k": 20, "top_p": 0.95},
 }
 """Published generation_config.json sampling fields of catalog models (Hugging Face, by
 model id, lower case), from copies whose bytes match the hashes recorded for the Hub file
 (Llama-2-7b-hf: SHA-256 11e70f5f...; its earlier revisions set temperature 0.9 and top-p
 0.6, a top-p all the same: the traced Llama-2-7B runs sampled with top-p over 32k tokens).
-A model id not here, with no file beside its config, has none known."""
+Qwen3-14B's is the one exception, taken from its family: Qwen3-0.6B, -8B and -32B publish
+byte-identical files with these fields, and Qwen3-14B's model cards recommend the same
+(not a verified copy of its own file). A model id not here, with no file beside its config, has
+none known."""
 
 
 def read_generation_config(path) -> dict:

@@ -55,3 +55,12 @@ def test_the_file_beside_a_config_json_then_the_known_catalog_ids(tmp_path):
     assert sampling_defaults("llama-2-7b") == {"temperature": 0.6, "top_p": 0.9}   # the traced model's
     assert sampling_defaults("meta-llama/Llama-2-70b-hf") == {} == sampling_defaults("no-such/model")
 
+
+def test_qwen3_14b_samples_with_its_familys_top_k_and_top_p_its_base_checkpoint_with_none():
+    from bayesblis.catalog.generation import defaults_known, sampler_for
+
+    assert sampling_defaults("qwen3-14b") == {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
+    assert sampler_for("Qwen/Qwen3-14B") == "sort" and defaults_known("qwen3-14b")
+    assert sampler_for("Qwen/Qwen3-14B-Base") == "plain"          # an alias, another checkpoint
+    assert sampler_for("qwen3-14b", generation_config="vllm") == "plain"
+
