@@ -43,8 +43,8 @@ model id, lower case), from copies whose bytes match the hashes recorded for the
 (Llama-2-7b-hf: SHA-256 11e70f5f...; its earlier revisions set temperature 0.9 and top-p
 0.6, a top-p all the same: the traced Llama-2-7B runs sampled with top-p over 32k tokens).
 Qwen3-14B's is the one exception, taken from its family: Qwen3-0.6B, -8B and -32B publish
-byte-identical files with these fields, and Qwen3-14B's model cards recommend the same
-(not a verified copy of its own file). A model id not here, with no file beside its config, has
+byte-identical files with these fields, and Qwen3-14B's model cards recommend the same (not
+a verified copy of its own file). A model id not here, with no file beside its config, has
 none known."""
 
 

@@ -63,4 +63,3 @@ def test_qwen3_14b_samples_with_its_familys_top_k_and_top_p_its_base_checkpoint_
     assert sampler_for("Qwen/Qwen3-14B") == "sort" and defaults_known("qwen3-14b")
     assert sampler_for("Qwen/Qwen3-14B-Base") == "plain"          # an alias, another checkpoint
     assert sampler_for("qwen3-14b", generation_config="vllm") == "plain"
-

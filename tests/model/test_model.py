@@ -282,3 +282,29 @@ def test_jax_backend_fits_and_refits_with_weights():
     np.testing.assert_allclose(z_refit[:, :, 1], 0.0, atol=1e-9)  # the one kept run
     with pytest.raises(BayesBlisError, match="nuts_backend"):
         lm.fit(progressbar=False, nuts_backend="stan")
+
+
+def test_a_kinds_error_scale_is_halfnormal_sampled_through_a_normal_that_crosses_zero():
+    """`sigma_kind` keeps its HalfNormal(hyper) prior but is sampled as hyper * |z|: no
+    log-scale variable whose tail near 0 mixes slowly, and a finite density and gradient
+    with the scale at 0 (the steps' own noise then explains the kind's windows)."""
+    import pymc as pm
+
+    from bayesblis.model.priors import HYPER_PRIORS
+
+    data, _ = synthetic_data(n_obs=60, hardware=("H100-SXM",), tps=(1,))
+    obs = data.obs.copy()
+    obs.loc[obs.index % 3 == 0, "kind"] = "client_ttft"
+    model = LatencyModel().build_model(ModelData(data.configs, obs))
+    free = {v.name for v in model.free_RVs}
+    assert "sigma_kind_z" in free and "sigma_kind" not in free
+    draws = pm.draw(model["sigma_kind"], draws=20000, random_seed=2)
+    scale = HYPER_PRIORS["sigma_kind"]
+    assert draws.min() >= 0
+    assert np.median(draws) == pytest.approx(0.6745 * scale, rel=0.03)   # HalfNormal's median
+    assert np.mean(draws) == pytest.approx(np.sqrt(2 / np.pi) * scale, rel=0.03)
+    point = model.initial_point()
+    point["sigma_kind_z"] = np.zeros_like(point["sigma_kind_z"])
+    logp = model.compile_logp(mode="FAST_COMPILE")      # Python-linked: no C to compile
+    dlogp = model.compile_dlogp(mode="FAST_COMPILE")
+    assert np.isfinite(logp(point)) and np.all(np.isfinite(dlogp(point)))
