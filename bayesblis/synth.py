@@ -42,7 +42,7 @@ import pandas as pd
 
 from bayesblis.atomic import write_json, write_text
 from bayesblis.features.alpha import ALPHA_FEATURES
-from bayesblis.features.beta import BETA_FEATURES
+from bayesblis.features.beta import BETA_FEATURES, LATE_FEATURES
 from bayesblis.model.priors import ALPHA_PRIORS, BETA_PRIORS, TIED_BETA, floor_of
 
 TRUTH_VERSION = "1"
@@ -120,7 +120,7 @@ STRUCTURED_EFFECTS = {
 
 Every other (level, coefficient) effect is drawn from Normal(0, LEVEL_SCALES[level])."""
 
-_ADDED_LATER = ("kv_token_layer_s", "tp_sync_s", "sampling_s")
+_ADDED_LATER = ("kv_token_layer_s", "tp_sync_s", *LATE_FEATURES)
 _NAMES = ([("beta", f) for f in BETA_FEATURES if f not in _ADDED_LATER]
           + [("alpha", f) for f in ALPHA_FEATURES] + [("beta", f) for f in _ADDED_LATER])
 """The order of an effect's normal draws: features added to the model after a truth was

@@ -83,13 +83,19 @@ def sampling_defaults(model: str) -> dict:
     return dict(KNOWN.get(_model_id(str(model).strip()).lower(), {}))
 
 
+def applied_defaults(model, generation_config: str = "auto") -> dict:
+    """The sampling fields vLLM applies to requests that set none, served with
+    `--generation-config` `generation_config` ('auto': the model's, `sampling_defaults`;
+    'vllm': vLLM's own, none)."""
+    return sampling_defaults(model) if generation_config == "auto" else {}
+
+
 def sampler_for(model, generation_config: str = "auto") -> str:
-    """The sampler path (`catalog.sampler_prices`) of requests that set no sampling fields,
-    served with `--generation-config` `generation_config` ('auto': the model's defaults,
-    `sampling_defaults`; 'vllm': vLLM's own, plain sampling)."""
+    """The sampler path (`catalog.sampler_prices`) of requests that set no sampling fields
+    (`applied_defaults`; 'vllm': plain sampling)."""
     from bayesblis.catalog.sampler_prices import sampler_path
 
-    return sampler_path(sampling_defaults(model) if generation_config == "auto" else {})
+    return sampler_path(applied_defaults(model, generation_config))
 
 
 def defaults_known(model: str) -> bool:

@@ -94,7 +94,7 @@ BETA_PRIORS = {
     # (catalog/sampler_prices.py: the top-p sort on H100 at 1-4 rows as a power of the rows,
     # its chord over 8-64 rows); B200's timings at 64-128 rows put the per-request part 1.5x
     # higher. The traces sample 32k vocabularies (Llama-2-7B with top-p), where the sort is
-    # about 0.19 ms a step and 7 µs a request on H100; 90% prior [0.61, 1.64]. One value per
+    # about 0.19 ms a step and 7 µs a request on H100; 90% prior [0.85, 1.18]. One value per
     # GPU (a kernel's efficiency).
     "sampling_s": {"median": 1.0, "log_sd": 0.1, "levels": SOFTWARE},
 }

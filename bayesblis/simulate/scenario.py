@@ -129,9 +129,9 @@ class Scenario:
 
     def sampling_defaults(self) -> dict:
         """The sampling fields vLLM applies to requests that set none (`catalog.generation`)."""
-        from bayesblis.catalog.generation import sampling_defaults
+        from bayesblis.catalog.generation import applied_defaults
 
-        return sampling_defaults(self.model) if self.vllm["generation_config"] == "auto" else {}
+        return applied_defaults(self.model, self.vllm["generation_config"])
 
     def caveats(self, deployment=None, unseen_gpu: str | None = None) -> list[str]:
         """Warnings for a prediction of this scenario (`bayesblis.caveats`) served on
