@@ -155,8 +155,9 @@ def never_fitted_records(report: dict, source="report") -> list[dict]:
     """Records of predictions of configurations never fitted on seen hardware, with the
     posterior-only interval as ``pred_<metric>_lo/hi`` (what `spread_scale` scores), from a
     `bayesblis validate` REPORT.json (its ``model_pred_*`` when a discrepancy widened the
-    others) or a `validate --external` report made without a discrepancy; each record's
-    ``group`` is its held-out model (the unit `spread_scale_coverage` leaves out).
+    others) or a `validate --external` report made without a discrepancy (whose records take
+    their ``unseen_levels`` from the report's ``runs``: a GPU never traced is left out); each
+    record's ``group`` is its held-out model (the unit `spread_scale_coverage` leaves out).
     An external report with a discrepancy is an InputError: its intervals are scaled."""
     from bayesblis.errors import InputError
 
@@ -165,11 +166,13 @@ def never_fitted_records(report: dict, source="report") -> list[dict]:
         raise InputError(source, "the intervals were made with a discrepancy", field="discrepancy",
                          expected="a `validate --external` report with posterior-only intervals "
                                   "(benchmarks/new_models.py --discrepancy none)")
+    run_levels = {run.get("run"): run.get("unseen_levels") or {} for run in report.get("runs", [])}
     out = []
     for r in report.get("records", []):
-        if r.get("seen_config", True) or "hardware" in (r.get("unseen_levels") or {}):
+        levels = r.get("unseen_levels") or run_levels.get(r.get("run"), {})
+        if r.get("seen_config", True) or "hardware" in levels:
             continue
-        rec = dict(r, overloaded=bool(r.get("overloaded", False)),
+        rec = dict(r, overloaded=bool(r.get("overloaded", False)), unseen_levels=levels,
                    group=str(r.get("model") if external else r.get("fold")))
         for key in [k for k in r if k.startswith("model_pred_")]:
             rec[key[len("model_"):]] = r[key]

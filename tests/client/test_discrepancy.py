@@ -260,8 +260,12 @@ def test_never_fitted_stages_come_from_validation_and_external_reports():
                                      pred_e2e_mean_s_hi=1.2, model_pred_e2e_mean_s_lo=0.5,
                                      model_pred_e2e_mean_s_hi=2.0),
                               _stage("a", 1.0, seen=True, overloaded=False)]}
+    # an external check names a run's unseen levels once, on the run
     external = {"report": "external_check", "discrepancy": None,
-                "records": [_stage("b", 0.8), _stage("c", 1.4, unseen_levels={"hardware": "L40S"})]}
+                "runs": [{"run": "rb", "unseen_levels": {"model_family": "qwen3"}},
+                         {"run": "rc", "unseen_levels": {"hardware": "L40S"}}],
+                "records": [_stage("b", 0.8, run="rb"), _stage("c", 1.4, run="rc"),
+                            _stage("d", 1.4, unseen_levels={"hardware": "A40"})]}
     records = never_fitted_records(validation) + never_fitted_records(external)
     assert [(r["group"], r["pred_e2e_mean_s_lo"]) for r in records] == [("a", 0.5), ("b", 0.5)]
     # 1.1 of a log-spread log(2) above, 0.8 of log(2) below: the larger score is the scale
