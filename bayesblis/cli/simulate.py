@@ -185,8 +185,8 @@ def format_summary(result: dict) -> str:
                              f"({math.exp(s['load_excess']):.1f}x)" for s in beyond))
     for text in result["metadata"].get("caveats") or ():
         lines.append(f"caveat: {text}")
-    lines.append(f"saturated: the queue keeps growing through the stage (completion lag grows "
-                 f"> {SATURATION_LAG_GROWTH:.0%} of the elapsed time; "
+    lines.append(f"saturated draws: the share of draws whose queue keeps growing through the stage "
+                 f"(completion lag grows > {SATURATION_LAG_GROWTH:.0%} of the elapsed time; "
                  "data_specs/simulation-result.md)")
     return "\n".join(lines)
 

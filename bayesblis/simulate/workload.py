@@ -373,5 +373,5 @@ def format_workload_summary(rows: list[dict], arrival: str | None = None) -> str
                      f"{'' if arrival is None else f' ({arrival})'}, prompt tokens mean "
                      f"{p['mean']:.0f} (p10-p90 {p['p10']:.0f}-{p['p90']:.0f}), output tokens "
                      f"mean {o['mean']:.0f}, {r['n_prefix_groups']} distinct prompts/prefixes, "
-                     f"prefix cache can serve {0 if share is None else share:.0%} of prompt tokens")
+                     f"prefix cache can serve up to {0 if share is None else share:.0%} of prompt tokens")
     return "\n".join(lines)
