@@ -513,7 +513,8 @@ def _setup(task: dict):
 
     sc, s = task["scenario"], task["search"]
     deployment = sc.deployment()
-    cfg = sc.engine_config(deployment)
+    # capacity is a warm server's: no start-up stall, whatever the scenario says
+    cfg = replace(sc.engine_config(deployment), cold_start_s=0.0)
     constants = deployment_constants(deployment)
     stream = RequestStream(sc, seed=s.seed)
     at = _evaluate(stream, s.duration_s, cfg, constants, task["draws"], task["slos"], s.seed,

@@ -110,6 +110,10 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     cpu_offload_blocks: int = 0
     async_scheduling: bool = True
+    cold_start_s: float = 0.0
+    """Seconds after the first arrival before the server schedules anything: a fresh
+    server's start-up stall (scenario `vllm.cold_start_s`; 0, a warm server, by default:
+    benchmarks/cold_start.py measures it on the traced runs)."""
 
     def __post_init__(self):
         for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len",
@@ -119,6 +123,8 @@ class EngineConfig:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {v!r}")
         if self.cpu_offload_blocks < 0:
             raise ValueError("EngineConfig.cpu_offload_blocks must be >= 0")
+        if not self.cold_start_s >= 0:
+            raise ValueError(f"EngineConfig.cold_start_s must be >= 0, got {self.cold_start_s!r}")
 
 
 @dataclass
@@ -916,6 +922,9 @@ def run_engine_arrays(arrival_s, prompt_tokens, output_tokens, prefix_group, pre
     if beta.shape != (k,):
         raise ValueError(f"beta must have {k} entries, got {beta.shape}")
     queued_s = arrival_s + (a[0] + a[1] * prompt) * US
+    if config.cold_start_s > 0 and len(arrival_s):
+        # a fresh server admits nothing until its start-up is over
+        queued_s = np.maximum(queued_s, arrival_s.min() + float(config.cold_start_s))
     order = np.argsort(queued_s, kind="stable").astype(np.int64)
     n_groups = int(group.max()) + 1 if len(group) and group.max() >= 0 else 0
     args = (queued_s, order, prompt, output, group, ptok, n_groups,

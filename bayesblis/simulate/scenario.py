@@ -23,12 +23,13 @@ VLLM_KEYS = {
     "max_num_batched_tokens": int, "max_num_seqs": int, "max_model_len": int,
     "gpu_memory_utilization": float, "block_size": int, "enable_prefix_caching": bool,
     "enable_chunked_prefill": bool, "kv_blocks_total": int, "cpu_offload_blocks": int,
-    "async_scheduling": bool, "generation_config": str,
+    "async_scheduling": bool, "generation_config": str, "cold_start_s": float,
 }
 VLLM_DEFAULTS = {"max_num_batched_tokens": 2048, "max_num_seqs": 256, "max_model_len": None,
                  "gpu_memory_utilization": 0.9, "block_size": 16, "enable_prefix_caching": True,
                  "enable_chunked_prefill": True, "kv_blocks_total": None,
-                 "cpu_offload_blocks": 0, "async_scheduling": True, "generation_config": "auto"}
+                 "cpu_offload_blocks": 0, "async_scheduling": True, "generation_config": "auto",
+                 "cold_start_s": 0.0}
 TOP_KEYS = {"name", "model", "hardware", "tp", "ep", "dtype", "vllm", "workload"}
 WORKLOAD_KEYS = {"seed", "arrival", "stages", "prompt_tokens", "output_tokens", "prefix",
                  "shared_prefix"}
@@ -107,7 +108,8 @@ class Scenario:
                             enable_prefix_caching=bool(v["enable_prefix_caching"]),
                             enable_chunked_prefill=bool(v["enable_chunked_prefill"]),
                             cpu_offload_blocks=int(v["cpu_offload_blocks"]),
-                            async_scheduling=bool(v["async_scheduling"]))
+                            async_scheduling=bool(v["async_scheduling"]),
+                            cold_start_s=float(v["cold_start_s"]))
 
     def build_workload(self, max_duration_s: float | None = None) -> Workload:
         """The request workload (generated from the spec, or the replayed one)."""
@@ -418,6 +420,12 @@ def _check_vllm(v, source) -> dict:
             if value not in GENERATION_CONFIG_MODES:
                 raise InputError(source, f"invalid value {value!r}", field=f"vllm.{key}",
                                  expected=" or ".join(GENERATION_CONFIG_MODES))
+        elif key == "cold_start_s":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    0 <= value < float("inf")):
+                raise InputError(source, f"invalid value {value!r}", field=f"vllm.{key}",
+                                 expected="seconds >= 0 (a fresh server's start-up stall)")
+            value = float(value)
         elif typ is bool:
             if not isinstance(value, bool):
                 raise InputError(source, f"invalid value {value!r}", field=f"vllm.{key}",

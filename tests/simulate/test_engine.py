@@ -152,6 +152,20 @@ def test_idle_skip_and_alpha_timing(constants):
     assert res.e2e_s[1] == pytest.approx(q + 0.003 + 3 * 50e-6)
 
 
+def test_a_cold_start_holds_every_request_until_the_server_is_up(constants):
+    """A fresh server (cold_start_s) schedules nothing before its start-up is over: requests
+    of its first seconds wait for it, later ones run as on a warm server."""
+    arrival = [0.0, 0.5, 1.5, 10.0]
+    warm = run(arrival, [10] * 4, [3] * 4, constants, cfg())
+    cold = run(arrival, [10] * 4, [3] * 4, constants, cfg(cold_start_s=2.0))
+    assert cold.scheduled_s[:3].min() >= 2.0 > warm.scheduled_s[:3].max()
+    np.testing.assert_allclose(cold.ttft_s[:3] - warm.ttft_s[:3],
+                               [2.0, 1.5, 0.5], atol=0.01)   # their wait, and a shared step
+    assert cold.ttft_s[3] == pytest.approx(warm.ttft_s[3])
+    with pytest.raises(ValueError, match="cold_start_s"):
+        cfg(cold_start_s=-1.0)
+
+
 def test_step_time_equals_beta_features(constants, deployment):
     from bayesblis.features.beta import beta_features
 

@@ -122,6 +122,16 @@ def test_unchunked_prefill_needs_a_budget_for_the_longest_prompt(tmp_path):
     assert ok.engine_config().enable_chunked_prefill is False
 
 
+def test_a_scenario_simulates_a_warm_server_unless_told(tmp_path):
+    assert Scenario.from_yaml(write(tmp_path, BASE)).engine_config().cold_start_s == 0.0
+    fixed = Scenario.from_yaml(write(tmp_path, {**BASE, "vllm": {**BASE["vllm"], "cold_start_s": 2}}))
+    assert fixed.engine_config().cold_start_s == 2.0
+    for bad in (-1, "auto", True):
+        with pytest.raises(InputError) as exc:
+            Scenario.from_yaml(write(tmp_path, {**BASE, "vllm": {**BASE["vllm"], "cold_start_s": bad}}))
+        assert exc.value.field == "vllm.cold_start_s"
+
+
 def test_not_yaml_is_input_error(tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text("model: [unclosed")
@@ -182,7 +192,7 @@ def test_inference_perf_folder_synthetic_and_replay():
     cfg = sc.engine_config()
     assert (cfg.kv_blocks_total, cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.max_model_len) == \
         (31356, 128, 2048, 4096)
-    assert sc.tp == 4
+    assert sc.tp == 4 and cfg.cold_start_s == 0.0   # a warm server unless told
     w = sc.build_workload()
     assert len(w) == 8 * 600 + 20 * 600 and w.n_stages == 2
     np.testing.assert_array_equal(w.prefix_group, np.arange(len(w)) % 100)   # 10 x 10 prompts
