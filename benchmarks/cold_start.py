@@ -28,6 +28,8 @@ sys.path.insert(0, str(ROOT))
 FIRST_S = 30.0
 STEADY_S = (60.0, 300.0)
 BELOW_CAPACITY_TTFT_S = 1.0
+STAGE_S = 600.0
+"""The first stage's length in these runs: the start-up's share of its mean TTFT."""
 
 
 def stall_equivalent_s(excess_request_s: float, rate_rps: float) -> float:
@@ -42,7 +44,6 @@ def run_row(folder: Path) -> dict | None:
     """The start-up measure of one inference-perf run folder (None if overloaded)."""
     from bayesblis.catalog.models import load_model
     from bayesblis.io.inference_perf import read_inference_perf
-    from bayesblis.simulate.scenario import Scenario
 
     exp = read_inference_perf(folder)
     req = exp.requests[~exp.requests["has_error"]].dropna(subset=["ttft_s"])
@@ -55,8 +56,8 @@ def run_row(folder: Path) -> dict | None:
     excess = float(np.clip(ttft[first] - steady, 0.0, None).sum())
     rate = float(first.sum() / FIRST_S)
     stall = stall_equivalent_s(excess, rate)
-    model = load_model(Scenario.from_inference_perf(folder, hardware="H100").model)
-    n0 = int((t < 600.0).sum())
+    model = load_model(exp.model_name)
+    n0 = int((t < STAGE_S).sum())
     return {"run": folder.name, "model": model.name, "arch": model.arch,
             "n_layers": int(model.n_layers), "rate_rps": rate, "steady_ttft_ms": 1e3 * steady,
             "first_10s_ttft_ms": 1e3 * float(ttft[t < 10.0].mean()),
