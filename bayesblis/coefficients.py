@@ -727,7 +727,8 @@ def blis_to_bayesblis(blis: dict, *, factors: dict | None = None,
             "weight_traffic_s": b[2], "kv_traffic_s": 0.5 * (b[8] + b[9]),
             "kv_token_layer_s": 0.0, "tp_comm_s": tp_comm, "tp_sync_s": 0.0, "ep_comm_s": b[10],
             "offload_s": 1.0, "layer_overhead_s": b[4], "request_overhead_s": b[5],
-            "step_overhead_s": b[6] - tp_comm * tp_step_us, "sampling_s": 0.0}
+            "step_overhead_s": b[6] - tp_comm * tp_step_us, "sampling_s": 0.0,
+            "gemm_fixed_s": 0.0}
     beta = {k: v / float((factors or {}).get(k, 1.0)) for k, v in beta.items()}
     wait_us = async_wait_us(beta, async_step)
     decoding = BLIS_TYPICAL_REQUEST["decoding_requests"]

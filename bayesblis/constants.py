@@ -6,7 +6,7 @@ Dimension names never change meaning anywhere in the package (see data_specs/dim
 CI_PROB = 0.90
 """Default probability mass of every credible interval the package reports."""
 
-MODEL_VERSION = "16"
+MODEL_VERSION = "17"
 """Bumped whenever the saved posterior layout or the model's meaning changes."""
 
 # Dimension names (xarray / ArviZ).

@@ -393,15 +393,69 @@ def dense_gemm_times(model, gpu: str, tp: int, compute_dtype: str, tokens):
     return n, k, count, times_us, tables
 
 
+TINY_GEMM_STREAM_US = 1.0
+"""A GEMM whose weights stream in under this many µs at datasheet bandwidth takes only a
+kernel's fixed time (`kernel_fixed_us`)."""
+
+PRICE_FIXED_TIME = True
+"""Whether a GEMM's fixed time (`kernel_fixed_us`) is priced apart from its weight
+streaming: `ratio` then streams only the time beyond it, and `gemm_fixed_us` is a step
+feature of its own (model version 17)."""
+
+
+@lru_cache(maxsize=64)
+def kernel_fixed_us(gpu: str, table_dtype: str) -> float | None:
+    """A GEMM kernel's fixed time on `gpu` (µs): the median of the table's decode-size GEMMs
+    whose weights stream in under TINY_GEMM_STREAM_US (H100 bf16 3.35 µs, A100 5.1, L40S 2.8,
+    H200 3.5; H100 fp8 12.4); None without a table."""
+    from bayesblis.catalog.gpus import load_gpu
+
+    grid = catalog()["gemm"].get(gpu, {}).get(table_dtype)
+    if grid is None:
+        return None
+    n, k = np.array(grid["n"], float), np.array(grid["k"], float)
+    stream_us = (n[:, None] * k[None, :] * TABLE_BYTES[table_dtype]
+                 / load_gpu(gpu).hbm_bandwidth_bytes_per_s * 1e6)
+    times = np.exp(np.array(grid["log_us"], float))
+    rows = [i for i, m in enumerate(grid["m"]) if m in DECODE_TOKENS]
+    tiny = times[rows][:, stream_us < TINY_GEMM_STREAM_US]
+    tiny = tiny[np.isfinite(tiny)]
+    return float(np.median(tiny)) if tiny.size else None
+
+
+def _fixed_us(gpu: str, tables) -> np.ndarray | None:
+    """`kernel_fixed_us` of each GEMM's table (0 everywhere unless PRICE_FIXED_TIME)."""
+    if not PRICE_FIXED_TIME:
+        return np.zeros(len(tables))
+    fixed = [kernel_fixed_us(gpu, str(t)) for t in tables]
+    return None if any(f is None for f in fixed) else np.array(fixed)
+
+
+def gemm_fixed_us(model, gpu: str, tp: int, compute_dtype: str) -> float | None:
+    """The fixed time of a step's dense GEMMs (`layer_gemms`, each at its table's
+    `kernel_fixed_us`), µs; 0 unless PRICE_FIXED_TIME; None without the GPU's tables."""
+    tables = gemm_tables(model, tp, compute_dtype)
+    fixed = None if tables is None else _fixed_us(gpu, tables)
+    if fixed is None:
+        return None
+    count = np.array([c for _, _, c in layer_gemms(model, tp)])
+    return float(np.sum(count * fixed))
+
+
 def ratio(model, gpu: str, tp: int, compute_dtype: str, hbm_bandwidth_bytes_per_s: float) -> float | None:
-    """A step's dense GEMM time (`layer_gemms`, mean over DECODE_TOKENS, measured) over the
-    same weights' bytes at datasheet bandwidth; None when kernel-db has no table for it."""
+    """A step's dense GEMM time (`layer_gemms`, mean over DECODE_TOKENS, measured) beyond each
+    kernel's fixed time (`gemm_fixed_us` prices that) over the same weights' bytes at
+    datasheet bandwidth; None when kernel-db has no table for it."""
     measured = dense_gemm_times(model, gpu, tp, compute_dtype, DECODE_TOKENS)
     if measured is None:
         return None
     n, k, count, times_us, tables = measured
+    fixed = _fixed_us(gpu, tables)
+    if fixed is None:
+        return None
     bytes_s = n * k * np.array([TABLE_BYTES[t] for t in tables]) / hbm_bandwidth_bytes_per_s
-    return float(np.sum(count * times_us.mean(axis=0) * 1e-6) / np.sum(count * bytes_s))
+    beyond_us = np.maximum(times_us.mean(axis=0) - fixed, 0.0)
+    return float(np.sum(count * beyond_us * 1e-6) / np.sum(count * bytes_s))
 
 
 def compute_ratio(model, gpu: str, tp: int, compute_dtype: str, peak_flops_per_s: float) -> float | None:
@@ -572,7 +626,8 @@ def clear_caches() -> None:
     """Forget what was read or priced from the catalog file (after it was rewritten, or
     pointed elsewhere)."""
     for cached in (catalog, reference_ratios, factor, compute_factor, gpu_compute_factor, gpu_compute_rate,
-                   moe_ratio, moe_factor, kv_factor, prefill_attention_factor, allreduce_curve):
+                   moe_ratio, moe_factor, kv_factor, prefill_attention_factor, allreduce_curve,
+                   kernel_fixed_us):
         cached.cache_clear()
 
 

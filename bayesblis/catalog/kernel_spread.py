@@ -47,9 +47,9 @@ PRIOR_TAU = 0.3
 HARDWARE_SCALE = 0.1
 """Log-scale sd of how far serving strays from its kernels on a GPU the fit never saw, on
 the coefficients whose features carry the GPU's kernel-db prices. On the traced H100 the
-fitted weight and KV coefficients (1.21, 1.17, quick-tour posterior) are 0.97 and 0.93 of
-kernel-db's times there (`kernel_prices.reference_ratios`: 1.25 and 1.25 of the
-datasheet); two A100 runs measured elsewhere, with weights and KV rescaled by kernel-db,
+fitted weight and KV coefficients (1.21, 1.17, quick-tour posterior of model version 8) were
+0.97 and 0.93 of kernel-db's times there (`kernel_prices.reference_ratios` then: 1.25 and
+1.25 of the datasheet); two A100 runs measured elsewhere, with weights and KV rescaled by kernel-db,
 were +2% and +14% E2E."""
 GROUP_FEATURES = {
     "gemm_decode": ("weight_traffic_s",),

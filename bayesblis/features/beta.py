@@ -55,6 +55,7 @@ BETA_FEATURES = (
     "request_overhead_s",
     "step_overhead_s",
     "sampling_s",
+    "gemm_fixed_s",
 )
 """Step features, in the column order of `beta_features`."""
 
@@ -64,10 +65,10 @@ BLIS_BETA_ORDER = ("beta1a_prefill_compute", "beta2a_decode_compute", "beta3_wei
                    "beta2b_decode_kv_memory", "beta_ep_alltoall_comm")
 """BLIS trained-physics `beta_coeffs` order (11 entries)."""
 
-LATE_FEATURES = ("sampling_s",)
+LATE_FEATURES = ("sampling_s", "gemm_fixed_s")
 """The last features of BETA_FEATURES, added after coefficient files were first written: a
-file may omit them (written earlier, or by hand with the sampler inside the per-request
-cost), and they count 0."""
+file may omit them, or the last of them (written earlier, or by hand with the sampler inside
+the per-request cost and the GEMMs' fixed time inside the per-layer one), and they count 0."""
 
 NO_BLIS_SLOT = ("kv_token_layer_s", "tp_sync_s", "offload_s")
 """Our features BLIS's `beta_coeffs` has no place of their own: `to_blis_beta` folds
@@ -307,6 +308,7 @@ def _build_feature_map(deployment: Deployment) -> FeatureMap:
     W[a["num_decode_reqs"], f["sampling_s"]] = d.sampler_row_s
     b[f["sampling_s"]] = d.sampler_step_s
     b[f["step_overhead_s"]] = US
+    b[f["gemm_fixed_s"]] = d.gemm_fixed_s
     W.setflags(write=False)
     b.setflags(write=False)
     for arr in (allreduce_tokens, allreduce_step_s, attention_compute):
@@ -500,7 +502,8 @@ def to_blis_beta(beta: Mapping[str, float], tp: int = 1,
     coefficients; offload_s and kv_token_layer_s have no BLIS slot and are dropped
     (NO_BLIS_SLOT); sampling_s joins the per-request β6 and the per-step β7 at the
     deployment's priced µs per sampled request and per step (`factors["sampling_s"]`,
-    `factors["sampling_s_per_step"]`; without them, 0). `tp_slot` (`blis_tp_slot`):
+    `factors["sampling_s_per_step"]`; without them, 0); gemm_fixed_s joins the per-layer β5 at
+    the deployment's GEMM fixed time per layer (`factors["gemm_fixed_s"]`, µs; without it, 0). `tp_slot` (`blis_tp_slot`):
     tp_comm's line in BLIS's basis, β4 = its slope factor x tp_comm and β7 += its per-step µs
     x tp_comm, and tp_sync folded into β5 at the deployment's own rounds per layer; without it β4 = tp_comm and the rounds are
     the ring's at `tp`.
@@ -512,7 +515,8 @@ def to_blis_beta(beta: Mapping[str, float], tp: int = 1,
     factors = factors or {}
     g = lambda k: float(beta[k]) * float(factors.get(k, 1.0))  # noqa: E731
     tp_per_token, tp_step_us, rounds = tp_slot or (1.0, 0.0, allreduce_rounds_per_layer(tp))
-    per_layer = g("layer_overhead_s") + rounds * (g("tp_sync_s") if "tp_sync_s" in beta else 0.0)
+    per_layer = (g("layer_overhead_s") + rounds * (g("tp_sync_s") if "tp_sync_s" in beta else 0.0)
+                 + float(beta.get("gemm_fixed_s", 0.0)) * float(factors.get("gemm_fixed_s", 0.0)))
     sampling = float(beta.get("sampling_s", 0.0))
     per_request = g("request_overhead_s") + sampling * float(factors.get("sampling_s", 0.0))
     per_step = (g("step_overhead_s") + g("tp_comm_s") * tp_step_us

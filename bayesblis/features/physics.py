@@ -46,8 +46,8 @@ class Deployment:
     at the smaller of the checkpoint's and the compute dtype's width.
     `kv_cache_dtype` 'auto' = the model's KV width (2 bytes).
     `weight_stream_factor`: the dense weights' streaming time on this GPU, TP and dtype
-    priced from vLLM's measured GEMM kernels, relative to H100 bf16
-    (`catalog.kernel_prices`); for a GPU kernel-db lacks, the model's operator-profile
+    priced from vLLM's measured GEMM kernels beyond each kernel's fixed time (`gemm_fixed_s`),
+    relative to H100 bf16's (`catalog.kernel_prices`); for a GPU kernel-db lacks, the model's operator-profile
     factor relative to the GPU's own reference (`catalog.weight_streaming`); else 1.
     `moe_stream_factor`: 1, unless `catalog.kernel_prices.PRICE_MOE`: then the routed
     experts' streaming time in vLLM's measured fused-MoE kernel (the table's nearest shape
@@ -74,6 +74,9 @@ class Deployment:
     `sampler`: the path vLLM's sampler takes for the requests (`catalog.sampler_prices`:
     'sort' under top-p or top-k sampling defaults, 'plain', 'greedy'); `sampler_step_s` and
     `sampler_row_s`: its priced seconds per step and per sampled request.
+    `gemm_fixed_s`: the fixed kernel time of a step's dense GEMMs on this GPU and dtype
+    (`kernel_prices.gemm_fixed_us`; the reference GPU's where kernel-db lacks the GPU), which
+    `weight_stream_factor` leaves out (model version 17).
     """
 
     model: ModelArch
@@ -103,6 +106,7 @@ class Deployment:
     allreduce_curve: tuple | None = field(init=False, compare=False, repr=False)
     sampler_step_s: float = field(init=False)
     sampler_row_s: float = field(init=False)
+    gemm_fixed_s: float = field(init=False)
 
     def __post_init__(self):
         model, gpu = load_model(self.model), load_gpu(self.gpu)
@@ -167,6 +171,13 @@ class Deployment:
         prefill_attention = (kernel_prices.prefill_attention_factor(gpu)
                              if kernel_prices.PRICE_PREFILL_ATTENTION else None)
         allreduce = kernel_prices.allreduce_curve(gpu, tp) if tp > 1 else None
+        # the dense GEMMs' fixed time: this GPU's kernels, else the reference GPU's
+        gemm_fixed_us = kernel_prices.gemm_fixed_us(model, gpu.name, tp, compute)
+        if gemm_fixed_us is None:
+            gemm_fixed_us = kernel_prices.gemm_fixed_us(model, kernel_prices.REFERENCE[0], tp, compute)
+        if gemm_fixed_us is None:
+            gemm_fixed_us = kernel_prices.gemm_fixed_us(model, kernel_prices.REFERENCE[0], tp,
+                                                        kernel_prices.REFERENCE[1]) or 0.0
         # FlashAttention computes in bf16 whatever the weights' dtype
         attention_peak = gpu.peak_flops("bf16") if compute in LOW_PRECISION and gpu.supports("bf16") else peak
         sampler_step_s, sampler_row_s = sampler_prices.step_prices(
@@ -183,7 +194,8 @@ class Deployment:
                            ("prefill_attention_factor", 1.0 if prefill_attention is None else prefill_attention),
                            ("kv_stream_factor", 1.0 if kv_stream is None else kv_stream),
                            ("allreduce_curve", allreduce),
-                           ("sampler_step_s", sampler_step_s), ("sampler_row_s", sampler_row_s)):
+                           ("sampler_step_s", sampler_step_s), ("sampler_row_s", sampler_row_s),
+                           ("gemm_fixed_s", gemm_fixed_us * 1e-6)):
             object.__setattr__(self, key, value)
 
     @property
@@ -194,13 +206,14 @@ class Deployment:
         (`sampling_s_per_step`), which BLIS's per-request and per-step slots carry. Weight
         traffic's is the bytes-weighted mean of the dense weights' and the routed experts'
         factors over every weight (a decode batch that touches every expert, as BLIS prices
-        them)."""
+        them). gemm_fixed_s's is µs per layer, which BLIS's per-layer slot carries."""
         dense = self.streamed_weight_bytes
         experts = self.model.n_moe_layers * self.model.n_experts * self.expert_weight_bytes_per_layer
         weight = (dense * self.weight_stream_factor + experts * self.moe_stream_factor) / (dense + experts)
         return {"prefill_compute_s": self.compute_factor, "decode_compute_s": self.compute_factor,
                 "weight_traffic_s": weight, "kv_traffic_s": self.kv_stream_factor,
-                "sampling_s": self.sampler_row_s / US, "sampling_s_per_step": self.sampler_step_s / US}
+                "sampling_s": self.sampler_row_s / US, "sampling_s_per_step": self.sampler_step_s / US,
+                "gemm_fixed_s": self.gemm_fixed_s / US / self.model.n_layers}
 
     # ---- identity -------------------------------------------------------------
     @property

@@ -84,7 +84,7 @@ BETA_PRIORS = {
     "offload_s": {"median": 1.0, "log_sd": 0.8, "levels": MACHINE},
     # Per-step constants (per layer, per step) are confounded with weight traffic inside a
     # configuration: their priors carry the published calibration (32.1, 4.42, 126.0 µs).
-    "layer_overhead_s": {"median": 30.0, "log_sd": 0.5, "levels": SOFTWARE},
+    "layer_overhead_s": {"median": 17.0, "log_sd": 0.5, "levels": SOFTWARE},
     # Per request: within a configuration nearly collinear with decode compute (both grow
     # with the number of decode requests), so its prior is kept tight around the
     # calibration (4.42 µs) and decode compute takes the rest.
@@ -97,6 +97,11 @@ BETA_PRIORS = {
     # about 0.19 ms a step and 7 µs a request on H100; 90% prior [0.85, 1.18]. One value per
     # GPU (a kernel's efficiency).
     "sampling_s": {"median": 1.0, "log_sd": 0.1, "levels": SOFTWARE},
+    # The dense GEMMs' fixed kernel time per step, as kernel-db measures it on the GPU
+    # (catalog/kernel_prices.py `gemm_fixed_us`: H100 bf16 3.35 µs a GEMM, A100 5.1, L40S
+    # 2.8, H100 FP8 12.4); weight traffic prices only the time beyond it. 90% prior [0.85,
+    # 1.18]. One value per GPU (a kernel's launch and set-up).
+    "gemm_fixed_s": {"median": 1.0, "log_sd": 0.1, "levels": SOFTWARE},
 }
 """`levels`: the pooling levels whose effects the coefficient gets. Per-configuration
 effects only where the data of one configuration can identify them, i.e. on features
@@ -163,7 +168,8 @@ def tie_columns(coef, features):
     return pt.set_subtensor(coef[..., tied], coef[..., source])
 
 
-STEP_CONSTANT_FEATURES = ("weight_traffic_s", "tp_sync_s", "layer_overhead_s", "step_overhead_s")
+STEP_CONSTANT_FEATURES = ("weight_traffic_s", "tp_sync_s", "layer_overhead_s", "step_overhead_s",
+                          "gemm_fixed_s")
 """Beta features paid once per step whatever the batch (weight streaming of a dense model,
 all-reduce latency, per-layer launches, per-step scheduling)."""
 

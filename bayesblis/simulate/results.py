@@ -413,7 +413,7 @@ def load_coefficients(path) -> Draws:
     YAML (BLIS style): `alpha_coeffs` [4] and `beta_coeffs` [len(BETA_FEATURES)] lists in
     ALPHA_FEATURES / BETA_FEATURES order. Files written before `alpha_frontend_s` existed
     (three alpha values; BLIS's own alpha has three) simulate without it (0 µs); before
-    `sampling_s` (`features.beta.LATE_FEATURES`), without that (0).
+    `sampling_s` or `gemm_fixed_s` (`features.beta.LATE_FEATURES`), without those (0).
     """
     from pathlib import Path
 
@@ -432,8 +432,9 @@ def load_coefficients(path) -> Draws:
         alpha, beta = data["alpha_coeffs"], data["beta_coeffs"]
         if isinstance(alpha, list) and len(alpha) == len(ALPHA_FEATURES) - len(OPTIONAL_ALPHA):
             alpha = alpha + [0.0] * len(OPTIONAL_ALPHA)
-        if isinstance(beta, list) and len(beta) == len(BETA_FEATURES) - len(LATE_FEATURES):
-            beta = beta + [0.0] * len(LATE_FEATURES)
+        late = len(BETA_FEATURES) - len(beta) if isinstance(beta, list) else 0
+        if 0 < late <= len(LATE_FEATURES):
+            beta = beta + [0.0] * late
         for name, vals, n in (("alpha_coeffs", alpha, len(ALPHA_FEATURES)),
                               ("beta_coeffs", beta, len(BETA_FEATURES))):
             if not isinstance(vals, list) or len(vals) != n or not all(
@@ -442,7 +443,7 @@ def load_coefficients(path) -> Draws:
                 raise InputError(path, f"invalid value {vals!r}", field=name,
                                  expected=f"a list of {n} numbers" + (
                                      f" (or {n - len(OPTIONAL_ALPHA)})" if name == "alpha_coeffs"
-                                     else f" (or {n - len(LATE_FEATURES)})"))
+                                     else f" (or {n - len(LATE_FEATURES)}-{n - 1})"))
         alpha = np.array(alpha, float)
         beta = np.array(beta, float)
     else:

@@ -40,7 +40,8 @@ COEFFICIENTS = {
     "beta": {"prefill_compute_s": 1.3, "decode_compute_s": 1.3, "weight_traffic_s": 1.15,
              "kv_traffic_s": 1.4, "kv_token_layer_s": 0.2, "tp_comm_s": 1.5, "tp_sync_s": 5.0,
              "ep_comm_s": 1.0, "offload_s": 1.0, "layer_overhead_s": 12.0,
-             "request_overhead_s": 6.0, "step_overhead_s": 400.0, "sampling_s": 1.0},
+             "request_overhead_s": 6.0, "step_overhead_s": 400.0, "sampling_s": 1.0,
+             "gemm_fixed_s": 1.0},
     "alpha": {"alpha_const_s": 3000.0, "alpha_prompt_s": 1.0, "alpha_output_s": 20.0,
               "alpha_frontend_s": 15.0},
     "noise_sigma": 0.0, "noise_nu": 30.0}

@@ -8,6 +8,7 @@ H100-SXM: 989.4e12 dense bf16 FLOP/s, 3.35e12 B/s HBM, 450e9 B/s NVLink per dire
 import numpy as np
 import pytest
 
+from bayesblis.catalog import kernel_prices
 from bayesblis.features import (AGGREGATES, BETA_FEATURES, Deployment, beta_feature_matrix,
                                 beta_features, feature_weights)
 from bayesblis.features.beta import cuda_graph_tokens
@@ -136,6 +137,11 @@ def test_llama2_70b_tp4_h100():
     assert f["ep_comm_s"] == 0
     assert f["layer_overhead_s"] == pytest.approx(80e-6)
     assert f["request_overhead_s"] == pytest.approx(33e-6)
+    # the GEMMs' fixed time: 4 a layer x 80 layers and the lm_head, 321 kernels at kernel-db's
+    # 3.35 µs (H100 bf16) -> 1.075 ms a step
+    assert f["gemm_fixed_s"] == pytest.approx(321 * kernel_prices.kernel_fixed_us("H100-SXM", "bf16") * 1e-6,
+                                              rel=1e-12)
+    assert 3.3 < kernel_prices.kernel_fixed_us("H100-SXM", "bf16") < 3.4
 
 
 def test_mixtral_tp2_distinct_expert_weights():

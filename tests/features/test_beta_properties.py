@@ -19,7 +19,7 @@ deployments = st.sampled_from(DEPLOYMENTS)
 counts = st.integers(min_value=0, max_value=20_000)
 aggregates = st.fixed_dictionaries({name: counts for name in AGGREGATES})
 F = {name: i for i, name in enumerate(BETA_FEATURES)}
-CONSTANT = {"tp_sync_s", "layer_overhead_s", "step_overhead_s"}
+CONSTANT = {"tp_sync_s", "layer_overhead_s", "step_overhead_s", "gemm_fixed_s"}
 COMPUTE = ("prefill_compute_s", "decode_compute_s")
 
 

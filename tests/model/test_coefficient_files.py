@@ -91,7 +91,7 @@ def test_a_blis_yaml_alone_maps_blis_slots_back_with_a_warning(exported, tmp_pat
     back = to_blis_beta(dict(zip(BETA_FEATURES, cd.beta[0])), tp=1, factors=dep.feature_factors)
     np.testing.assert_allclose(back, blis["beta_coeffs"], rtol=1e-12)   # the export's slots
     record = json.loads((d / "c.json").read_text())
-    shared = ("layer_overhead_s", "request_overhead_s", "sampling_s")
+    shared = ("layer_overhead_s", "request_overhead_s", "sampling_s", "gemm_fixed_s")
     for i, name in enumerate(BETA_FEATURES):   # slots with a bayesblis twin keep their medians
         if name not in NO_BLIS_SLOT and name not in shared:
             assert cd.beta[0, i] == pytest.approx(record["beta"][name]["mean"], rel=1e-5), name
@@ -100,6 +100,10 @@ def test_a_blis_yaml_alone_maps_blis_slots_back_with_a_warning(exported, tmp_pat
     assert cd.beta[0, BETA_FEATURES.index("sampling_s")] == 0.0
     assert cd.beta[0, BETA_FEATURES.index("request_overhead_s")] == pytest.approx(
         mean["request_overhead_s"] + mean["sampling_s"] * dep.feature_factors["sampling_s"], rel=1e-5)
+    # beta5 the per-layer cost and the GEMMs' fixed time at its µs per layer
+    assert cd.beta[0, BETA_FEATURES.index("gemm_fixed_s")] == 0.0
+    assert cd.beta[0, BETA_FEATURES.index("layer_overhead_s")] == pytest.approx(
+        mean["layer_overhead_s"] + mean["gemm_fixed_s"] * dep.feature_factors["gemm_fixed_s"], rel=1e-5)
 
 
 def test_simulate_reads_both_files_and_says_what_a_set_means(exported):

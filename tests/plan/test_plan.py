@@ -232,7 +232,9 @@ def test_saturated_share_is_the_cliff_as_a_probability(sweep):
     assert at["saturated_share"] == pytest.approx(np.mean(at["saturated_per_draw"]))
     task = option_tasks(sc, posterior, [{}], slos, search, n_draws=DRAWS)[0]
     cap = opt["capacity_rate_per_s"]
-    low, high = probability_curve(task, [cap / 4, cap * 8])
+    # far below: an eighth of the capacity (at a quarter, the slowest of this rough ADVI
+    # posterior's ten draws, 2x the others' step time, can be near its own capacity)
+    low, high = probability_curve(task, [cap / 8, cap * 8])
     assert low["saturated_share"] == 0.0 and high["saturated_share"] == 1.0
     text = format_plan(plan)
     assert "P(saturated)" in text and "ttft_p90_s median (mean)" in text

@@ -21,7 +21,7 @@ from bayesblis.reconstruct import journey_batches, otel_observations  # noqa: E4
 BETA = {"prefill_compute_s": 2.2, "decode_compute_s": 1.0, "weight_traffic_s": 1.15,
         "kv_traffic_s": 1.4, "kv_token_layer_s": 0.2, "tp_comm_s": 1.1, "tp_sync_s": 8.0, "ep_comm_s": 1.0, "offload_s": 1.0,
         "layer_overhead_s": 30.0, "request_overhead_s": 4.0, "step_overhead_s": 100.0,
-        "sampling_s": 1.0}
+        "sampling_s": 1.0, "gemm_fixed_s": 1.0}
 ALPHA_US = np.array([2000.0, 0.5, 20.0, 25.0])
 
 

@@ -14,10 +14,11 @@ from bayesblis.simulate.scenario import Scenario
 REAL = Path(__file__).resolve().parents[2].parent / "shared/data/real/h100-inference-perf"
 RUNS = sorted(p.name for p in REAL.iterdir()) if REAL.is_dir() else []
 
-# H100 coefficients of the size a fit of the shared runs gives (model version 8; BETA_FEATURES
-# and ALPHA_FEATURES order), no step noise: each simulation is deterministic
-COEFFICIENTS = Draws(beta=[[2.0, 2.0, 1.2, 1.03, 0.08, 1.8, 7.8, 0.93, 1.03, 23.2, 4.9, 94.0, 1.0]],
-                     alpha=[[5300.0, 2.6, 37.5, 48.6]], noise_sigma=0.0, noise_nu=5.0)
+# H100 coefficients of the size a fit of the shared runs gives (model version 17, the quick
+# tour's Llama-2-70B medians; BETA_FEATURES and ALPHA_FEATURES order), no step noise: each
+# simulation is deterministic
+COEFFICIENTS = Draws(beta=[[1.35, 1.35, 1.13, 0.99, 0.086, 1.8, 7.7, 1.04, 1.03, 15.9, 4.5, 97.0, 1.04, 0.98]],
+                     alpha=[[5300.0, 2.6, 40.4, 48.8]], noise_sigma=0.0, noise_nu=5.0)
 METRICS = ("e2e_mean_s", "ttft_mean_s", "itl_mean_s")
 
 
@@ -39,6 +40,7 @@ def test_generated_and_replayed_predictions_agree(run):
         for m in METRICS:
             g, r = gen[m]["median"], rep[m]["median"]
             # a TTFT with queueing in it also depends on how bursty the sends were: the
-            # recorded ones vary more over ~10 s than Poisson (data_specs/scenario.md)
-            tolerance = 0.35 if m == "ttft_mean_s" and queueing else 0.02
+            # recorded ones vary more over ~10 s than Poisson (data_specs/scenario.md); so
+            # does the E2E that waits it, less so
+            tolerance = {"ttft_mean_s": 0.35, "e2e_mean_s": 0.05}.get(m, 0.02) if queueing else 0.02
             assert g == pytest.approx(r, rel=tolerance), (run, gen["stage"], m)
