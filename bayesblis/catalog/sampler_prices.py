@@ -14,8 +14,9 @@ The sort is priced from vLLM's H100 timings of its PyTorch top-p sampler (pull r
 grows as a power of the rows through those two points (rows^0.47 at 32k, rows^0.70 at
 131k: the sort's parallelism fills with rows); the price is that curve's chord over
 `SERVING_ROWS`, a per-step and a per-request part (`sort_line`), linear in the vocabulary
-between and beyond the two measured ones, scaled to other GPUs by HBM bandwidth. For
-131,072 tokens on H100: 0.29 ms a step and 32 µs a request; for 32,768: 0.19 ms and 7 µs.
+between and beyond the two measured ones, the same on every GPU
+(`SORT_SCALES_WITH_BANDWIDTH`). For 131,072 tokens: 0.29 ms a step and 32 µs a request; for
+32,768: 0.19 ms and 7 µs.
 (B200's timings of the same sampler at 64-512 rows, pull request 40376, grow about linearly
 from 64 to 128 rows at 20 µs a request over 131k tokens; priced as a line through the
 origin at that rate, the sort overshot Llama-3.1-8B at 20 req/s by up to 22%:
@@ -34,7 +35,13 @@ H100_SORT_MS = {32768: (0.094, 0.179), 131072: (0.128, 0.338)}
 """vLLM's PyTorch top-p sampler on H100 (pull request 42191, `topp_whole`): vocabulary ->
 ms at (1, 4) rows."""
 REFERENCE_GPU = "H100-SXM"
-"""The GPU `H100_SORT_MS` was timed on; other GPUs scale by its HBM bandwidth over theirs."""
+"""The GPU `H100_SORT_MS` was timed on; the plain and greedy paths scale by HBM bandwidth."""
+SORT_SCALES_WITH_BANDWIDTH = False
+"""Whether the sort's H100 price scales to other GPUs by HBM bandwidth (model versions 15-16).
+It does not since version 17: the sort is not bandwidth-bound (a radix sort's passes over
+4 rows of 131k tokens move some 50 MB, 15 µs at H100's bandwidth, against 0.34 ms measured;
+the rows fit in L2), and scaled it priced L40S's sort 3.9x H100's: the BLIS sim-to-real
+study's L40S stages came out +10 to +26% slow (docs/limits.md)."""
 SERVING_ROWS = (8, 64)
 """Requests per step over which the sort's power curve is replaced by its chord."""
 ROW_BYTES_PER_VOCAB = {GREEDY: 4.0, PLAIN: 48.0}
@@ -73,7 +80,8 @@ def step_prices(vocab_size: int, path: str, hbm_bandwidth_bytes_per_s: float) ->
     `vocab_size`-token vocabulary on a GPU of `hbm_bandwidth_bytes_per_s`."""
     if path == SORT:
         step_s, row_s = sort_line(vocab_size)
-        scale = reference_bandwidth() / float(hbm_bandwidth_bytes_per_s)
+        scale = (reference_bandwidth() / float(hbm_bandwidth_bytes_per_s)
+                 if SORT_SCALES_WITH_BANDWIDTH else 1.0)
         return step_s * scale, row_s * scale
     if path not in ROW_BYTES_PER_VOCAB:
         raise ValueError(f"sampler path must be one of {', '.join(PATHS)}, got {path!r}")

@@ -32,9 +32,11 @@ def test_the_sort_is_the_chord_of_the_h100_power_curve_over_serving_rows():
     assert sp.sort_line(202048)[1] > sp.sort_line(151936)[1] > sp.sort_line(131072)[1]
 
 
-def test_prices_scale_with_bandwidth_and_plain_paths_have_no_step_part():
+def test_the_sort_costs_the_same_on_every_gpu_and_plain_paths_scale_with_bandwidth(monkeypatch):
     h100 = sp.step_prices(128256, sp.SORT, sp.reference_bandwidth())
     assert h100 == pytest.approx(sp.sort_line(128256))
+    assert sp.step_prices(128256, sp.SORT, sp.reference_bandwidth() / 2) == pytest.approx(h100)
+    monkeypatch.setattr(sp, "SORT_SCALES_WITH_BANDWIDTH", True)   # model versions 15-16
     assert sp.step_prices(128256, sp.SORT, sp.reference_bandwidth() / 2) == pytest.approx(
         tuple(2 * np.array(h100)))
     assert sp.step_prices(131072, sp.PLAIN, 3.35e12) == pytest.approx((0.0, 48 * 131072 / 3.35e12))
