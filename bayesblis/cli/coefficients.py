@@ -47,6 +47,11 @@ from bayesblis.constants import CI_PROB
                    "--seed S` runs (bayesblis-go or BLIS YAML; `blis-run` runs BLIS per file).")
 @click.option("--max-num-seqs", type=click.IntRange(min=1), default=None,
               help="vLLM max_num_seqs; recorded (bayesblis-go: predicts the next step).")
+@click.option("--generation-config", type=click.Choice(["auto", "vllm"]), default="auto",
+              show_default=True,
+              help="vLLM's --generation-config: auto applies the model's generation_config.json "
+                   "sampling defaults (top-k or top-p prices a sort of the vocabulary every step, "
+                   "sampling_s); vllm: plain sampling.")
 @click.option("--async-scheduling/--no-async-scheduling", default=True, show_default=True,
               help="The engine schedules one step ahead (vLLM's default): bayesblis-go "
                    "emulates it; a slot-mapped BLIS YAML adds the step it waits to alpha0.")
@@ -68,14 +73,17 @@ from bayesblis.constants import CI_PROB
 @click.option("--seed", default=0, show_default=True, type=int)
 def command(posterior, model_name, hardware, tp, ep, dtype, max_num_batched_tokens,
             max_model_len, cpu_offload_gb, allow_unseen, prob, out_path, fmt, n_draws,
-            max_num_seqs, async_scheduling, project_on, replay, max_duration_s,
+            max_num_seqs, generation_config, async_scheduling, project_on, replay, max_duration_s,
             blis_model_config, blis_hardware_config, seed):
     """Posterior mean, median and credible interval of every coefficient for one configuration."""
+    from bayesblis.catalog.generation import sampler_for
     from bayesblis.coefficients import blis_yaml, deployment_draws, export_record, format_table
     from bayesblis.features.physics import Deployment
     from bayesblis.model.store import load_posterior
 
-    deployment = Deployment(model_name, hardware, tp=tp, ep=ep, dtype=dtype)  # before the slow load
+    # before the slow load; its sampler as `simulate` prices it (the model's sampling defaults)
+    deployment = Deployment(model_name, hardware, tp=tp, ep=ep, dtype=dtype,
+                            sampler=sampler_for(model_name, generation_config))
     post = load_posterior(posterior)
     draws = deployment_draws(post, deployment, allow_unseen=allow_unseen, seed=seed)
     knobs = {k: v for k, v in {"max_num_batched_tokens": max_num_batched_tokens,

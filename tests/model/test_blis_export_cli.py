@@ -111,3 +111,24 @@ def test_projection_reproduces_the_step_model_and_states_its_error(tiny_fit, tmp
     assert abs(p.busy_bias_rel) < 0.01 and p.step_rms_rel < 0.05
     assert all(v >= 0 for v in p.beta + p.alpha)
     assert json.loads((tmp_path / "p.json").read_text())["config"] == dep.config_key
+
+
+def test_exports_price_the_sampler_the_models_defaults_imply(tiny_fit, tmp_path):
+    """Llama-2-7B's generation_config.json samples top-p: the exported feature map prices the
+    vocabulary sort `simulate` prices (per step and per request), unless --generation-config vllm."""
+    from bayesblis.blis_export import read_go_file
+    from bayesblis.features.beta import BETA_FEATURES, feature_weights
+    from bayesblis.features.physics import Deployment
+
+    _, path, _ = tiny_fit
+    k = BETA_FEATURES.index("sampling_s")
+    for flag, sampler in (("auto", "sort"), ("vllm", "plain")):
+        out = tmp_path / f"{flag}.json"
+        main(["coefficients", str(path), *ARGS, "--generation-config", flag, "--format",
+              "bayesblis-go", "--out", str(out)])
+        rec = read_go_file(out)
+        fm = feature_weights(Deployment("llama-2-7b", "H100-SXM", tp=2, sampler=sampler))
+        assert rec["bias"][k] == pytest.approx(fm.bias[k], rel=1e-12)
+        assert np.asarray(rec["weights"])[:, k] == pytest.approx(fm.weights[:, k], rel=1e-12)
+    assert read_go_file(tmp_path / "auto.json")["bias"][k] > 1e-4   # the sort: 0.19 ms a step
+    assert read_go_file(tmp_path / "vllm.json")["bias"][k] == 0.0
