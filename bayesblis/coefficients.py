@@ -829,8 +829,8 @@ def export_record(draws: CoefficientDraws, *, prob: float | None = None, context
     }
 
 
-SLOT_MAPPING_NOTE = ("slot mapping, no scenario: on 12 shared runs BLIS ran these 0.1-3% "
-                     "short of bayesblis simulate in E2E, TTFT within -4.4..+3.0% (prompt and "
+SLOT_MAPPING_NOTE = ("slot mapping, no scenario: on 12 shared runs BLIS ran these 0.3-3.9% "
+                     "short of bayesblis simulate in E2E, TTFT within -5.7..+2.4% (prompt and "
                      "return costs at a 512-token prompt, 16 requests decoding); --project-on "
                      "SCENARIO or --format bayesblis-go reproduce it (docs/blis.md)")
 """What a slot-mapped BLIS YAML says about itself (measured: docs/blis.md)."""
