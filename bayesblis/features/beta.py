@@ -502,9 +502,9 @@ def to_blis_beta(beta: Mapping[str, float], tp: int = 1,
     coefficients; offload_s and kv_token_layer_s have no BLIS slot and are dropped
     (NO_BLIS_SLOT); sampling_s joins the per-request β6 and the per-step β7 at the
     deployment's priced µs per sampled request and per step (`factors["sampling_s"]`,
-    `factors["sampling_s_per_step"]`; without them, 0); gemm_fixed_s joins the per-layer β5 at
-    the deployment's GEMM fixed time per layer (`factors["gemm_fixed_s"]`, µs; without it, 0). `tp_slot` (`blis_tp_slot`):
-    tp_comm's line in BLIS's basis, β4 = its slope factor x tp_comm and β7 += its per-step µs
+    `factors["sampling_s_per_step"]`; without them, 0); gemm_fixed_s joins the per-layer β5
+    at the deployment's GEMM fixed time per layer (`factors["gemm_fixed_s"]`, µs; without it,
+    0). `tp_slot` (`blis_tp_slot`): tp_comm's line in BLIS's basis, β4 = its slope factor x tp_comm and β7 += its per-step µs
     x tp_comm, and tp_sync folded into β5 at the deployment's own rounds per layer; without it β4 = tp_comm and the rounds are
     the ring's at `tp`.
     """

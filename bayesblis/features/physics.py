@@ -47,8 +47,9 @@ class Deployment:
     `kv_cache_dtype` 'auto' = the model's KV width (2 bytes).
     `weight_stream_factor`: the dense weights' streaming time on this GPU, TP and dtype
     priced from vLLM's measured GEMM kernels beyond each kernel's fixed time (`gemm_fixed_s`),
-    relative to H100 bf16's (`catalog.kernel_prices`); for a GPU kernel-db lacks, the model's operator-profile
-    factor relative to the GPU's own reference (`catalog.weight_streaming`); else 1.
+    relative to H100 bf16's (`catalog.kernel_prices`); for a GPU kernel-db lacks, the model's
+    operator-profile factor relative to the GPU's own reference (`catalog.weight_streaming`);
+    else 1.
     `moe_stream_factor`: 1, unless `catalog.kernel_prices.PRICE_MOE`: then the routed
     experts' streaming time in vLLM's measured fused-MoE kernel (the table's nearest shape
     at this GPU, dtype and expert split) on the same scale (1 for dense models and where

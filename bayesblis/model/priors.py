@@ -83,7 +83,9 @@ BETA_PRIORS = {
     "ep_comm_s": {"median": 1.0, "log_sd": 1.0, "levels": MACHINE},
     "offload_s": {"median": 1.0, "log_sd": 0.8, "levels": MACHINE},
     # Per-step constants (per layer, per step) are confounded with weight traffic inside a
-    # configuration: their priors carry the published calibration (32.1, 4.42, 126.0 µs).
+    # configuration: their priors carry the published calibration (32.1, 4.42, 126.0 µs),
+    # the per-layer one less the four dense GEMMs' fixed time (gemm_fixed_s, 4 x 3.35 µs on
+    # H100; model version 17).
     "layer_overhead_s": {"median": 17.0, "log_sd": 0.5, "levels": SOFTWARE},
     # Per request: within a configuration nearly collinear with decode compute (both grow
     # with the number of decode requests), so its prior is kept tight around the

@@ -127,6 +127,24 @@ def test_coefficient_files_without_the_frontend_term_simulate_without_it(tmp_pat
         load_coefficients(as_yaml)
 
 
+@pytest.mark.parametrize("late", [1, 2])
+def test_coefficient_files_without_the_late_step_terms_price_them_at_0(tmp_path, late):
+    # model version 16's files end at sampling_s, version 14's before it: the terms they lack
+    # (features.beta.LATE_FEATURES) count 0, the others keep their places
+    from bayesblis.errors import InputError
+    from bayesblis.features.beta import BETA_FEATURES
+    from bayesblis.simulate.results import load_coefficients
+
+    beta = [BETA_PRIOR[n] for n in BETA_FEATURES]
+    path = tmp_path / "c.yaml"
+    alpha = list(ALPHA_PRIOR.values())
+    path.write_text(yaml.safe_dump({"alpha_coeffs": alpha, "beta_coeffs": beta[:-late]}))
+    np.testing.assert_allclose(load_coefficients(path).beta, [beta[:-late] + [0.0] * late])
+    path.write_text(yaml.safe_dump({"alpha_coeffs": alpha, "beta_coeffs": beta[:-3]}))
+    with pytest.raises(InputError, match="beta_coeffs.*a list of 14 numbers \\(or 12-13\\)"):
+        load_coefficients(path)
+
+
 
 @pytest.mark.parametrize("field, value", [
     ("noise_sigma", "x"), ("noise_sigma", -0.1), ("noise_sigma", float("nan")),
