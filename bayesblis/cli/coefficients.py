@@ -93,6 +93,9 @@ def command(posterior, model_name, hardware, tp, ep, dtype, max_num_batched_toke
                            context={"posterior": str(posterior), "vllm": knobs} if knobs else
                            {"posterior": str(posterior)})
     click.echo(format_table(record))
+    sort = ("a sort of the vocabulary every step (the model's sampling defaults set top-k or "
+            "top-p; --generation-config vllm: plain)")
+    click.echo("vLLM's sampler: " + (sort if deployment.sampler == "sort" else f"{deployment.sampler} sampling"))
     out = Path(out_path)
     if n_draws is not None and fmt != "bayesblis-go" and out.suffix not in (".yaml", ".yml"):
         raise click.UsageError("--draws writes BLIS files: use --format bayesblis-go or a .yaml --out")

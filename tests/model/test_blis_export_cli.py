@@ -113,7 +113,7 @@ def test_projection_reproduces_the_step_model_and_states_its_error(tiny_fit, tmp
     assert json.loads((tmp_path / "p.json").read_text())["config"] == dep.config_key
 
 
-def test_exports_price_the_sampler_the_models_defaults_imply(tiny_fit, tmp_path):
+def test_exports_price_the_sampler_the_models_defaults_imply(tiny_fit, tmp_path, capsys):
     """Llama-2-7B's generation_config.json samples top-p: the exported feature map prices the
     vocabulary sort `simulate` prices (per step and per request), unless --generation-config vllm."""
     from bayesblis.blis_export import read_go_file
@@ -126,6 +126,7 @@ def test_exports_price_the_sampler_the_models_defaults_imply(tiny_fit, tmp_path)
         out = tmp_path / f"{flag}.json"
         main(["coefficients", str(path), *ARGS, "--generation-config", flag, "--format",
               "bayesblis-go", "--out", str(out)])
+        assert ("a sort of the vocabulary" in capsys.readouterr().out) == (sampler == "sort")
         rec = read_go_file(out)
         fm = feature_weights(Deployment("llama-2-7b", "H100-SXM", tp=2, sampler=sampler))
         assert rec["bias"][k] == pytest.approx(fm.bias[k], rel=1e-12)
