@@ -77,6 +77,7 @@ def command(posterior, model_name, hardware, tp, ep, dtype, max_num_batched_toke
             blis_model_config, blis_hardware_config, seed):
     """Posterior mean, median and credible interval of every coefficient for one configuration."""
     from bayesblis.catalog.generation import sampler_for
+    from bayesblis.catalog.sampler_prices import SORT
     from bayesblis.coefficients import blis_yaml, deployment_draws, export_record, format_table
     from bayesblis.features.physics import Deployment
     from bayesblis.model.store import load_posterior
@@ -93,9 +94,10 @@ def command(posterior, model_name, hardware, tp, ep, dtype, max_num_batched_toke
                            context={"posterior": str(posterior), "vllm": knobs} if knobs else
                            {"posterior": str(posterior)})
     click.echo(format_table(record))
-    sort = ("a sort of the vocabulary every step (the model's sampling defaults set top-k or "
-            "top-p; --generation-config vllm: plain)")
-    click.echo("vLLM's sampler: " + (sort if deployment.sampler == "sort" else f"{deployment.sampler} sampling"))
+    click.echo("vLLM's sampler: " + (
+        "a sort of the vocabulary every step (the model's sampling defaults set top-k or top-p; "
+        "--generation-config vllm: plain)" if deployment.sampler == SORT
+        else f"{deployment.sampler} sampling"))
     out = Path(out_path)
     if n_draws is not None and fmt != "bayesblis-go" and out.suffix not in (".yaml", ".yml"):
         raise click.UsageError("--draws writes BLIS files: use --format bayesblis-go or a .yaml --out")

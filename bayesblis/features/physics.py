@@ -172,13 +172,12 @@ class Deployment:
         prefill_attention = (kernel_prices.prefill_attention_factor(gpu)
                              if kernel_prices.PRICE_PREFILL_ATTENTION else None)
         allreduce = kernel_prices.allreduce_curve(gpu, tp) if tp > 1 else None
-        # the dense GEMMs' fixed time: this GPU's kernels, else the reference GPU's
-        gemm_fixed_us = kernel_prices.gemm_fixed_us(model, gpu.name, tp, compute)
-        if gemm_fixed_us is None:
-            gemm_fixed_us = kernel_prices.gemm_fixed_us(model, kernel_prices.REFERENCE[0], tp, compute)
-        if gemm_fixed_us is None:
-            gemm_fixed_us = kernel_prices.gemm_fixed_us(model, kernel_prices.REFERENCE[0], tp,
-                                                        kernel_prices.REFERENCE[1]) or 0.0
+        # the dense GEMMs' fixed time: this GPU's kernels, else the reference GPU's at this
+        # dtype, else the reference's own (H100 bf16)
+        reference_gpu = kernel_prices.REFERENCE[0]
+        fixed = (kernel_prices.gemm_fixed_us(model, g, tp, dt) for g, dt in
+                 ((gpu.name, compute), (reference_gpu, compute), kernel_prices.REFERENCE))
+        gemm_fixed_us = next((f for f in fixed if f is not None), 0.0)
         # FlashAttention computes in bf16 whatever the weights' dtype
         attention_peak = gpu.peak_flops("bf16") if compute in LOW_PRECISION and gpu.supports("bf16") else peak
         sampler_step_s, sampler_row_s = sampler_prices.step_prices(
