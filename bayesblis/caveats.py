@@ -32,9 +32,10 @@ LARGE_VOCAB_MEASURED = ("Qwen3-14B at TP 1 was predicted 7-19% fast while its de
                         "(top-k and top-p) were not known here")
 """The figures: `benchmarks/sim_to_real.py`, model version 15, check seeds 1 and 2
 (docs/new-models.md)."""
-UNSEEN_GPU_MEASURED = ("on seven measured A100 and L40S runs such predictions were −7 to +14% "
-                       "off at 2.5 req/s and −23 to +21% at 6 req/s")
-"""The figures: `benchmarks/sim_to_real.py`, model version 15, check seeds 1 and 2
+UNSEEN_GPU_MEASURED = ("on seven measured A100 and L40S runs such predictions were −2 to +5% "
+                       "off at 2.5 req/s and −13 to −3% at 6 req/s (Mixtral at TP 2: −15% at "
+                       "8 req/s, −35 to −38% at 20)")
+"""The figures: `benchmarks/sim_to_real.py`, model version 17, check seeds 1 and 2
 (docs/kernel-db.md)."""
 
 
