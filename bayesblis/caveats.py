@@ -89,7 +89,8 @@ def unseen_gpu(gpu: str | None) -> list[str]:
     from bayesblis.catalog.kernel_spread import kernel_measured
 
     priced = ("vLLM's kernel times there (kernel-db)" if kernel_measured(gpu)
-              else "the fitted GPUs' efficiencies, spread as kernel-db's GPUs differ")
+              else "the geometric mean of the kernel times of the GPUs kernel-db measures, "
+                   "spread as kernel-db's GPUs differ")
     return [f"the posterior has no trace of {gpu}: its step physics is priced from {priced}; "
             f"{UNSEEN_GPU_MEASURED} (docs/kernel-db.md). Calibrate on minutes of its "
             "traffic before planning near capacity"]

@@ -11,9 +11,11 @@ Predictions of the held-out GPU's ratios (measured time over datasheet time) at 
 ``hierarchy``, the predictive of `kernel_spread`'s model fitted on the other three GPUs (a
 fresh GPU effect at the fitted spread tau, the points' effects, the error; its median and
 90% interval); ``pooled``, the geometric mean of the other three GPUs' ratio at the same
-point; and ``h100``, the reference GPU's ratio (what a deployment on a GPU without tables
-gets: every kernel factor 1). Error = predicted time / measured time - 1: median |error| per
-group; coverage = share of the points whose measured ratio lies in the 90% interval.
+point (what a deployment on a GPU kernel-db lacks is priced at, `kernel_prices.pooled`, for
+its GEMMs, decode attention and compute; its all-reduce keeps the datasheet link); and
+``h100``, the reference GPU's ratio (every kernel factor 1, what such a deployment was priced
+at before 2026-11-28). Error = predicted time / measured time - 1: median |error| per group;
+coverage = share of the points whose measured ratio lies in the 90% interval.
 
 Usage: python3 benchmarks/kernel_db_logo.py [--out JSON] [--seed N]
 Writes benchmarks/results/kernel_db_logo.json (docs/kernel-db.md).

@@ -35,8 +35,11 @@ runs' hardware) so the fitted coefficients keep their meaning:
   dtype relative to the H100 reference; applied to FP8 deployments
   (`PRICE_LOW_PRECISION_COMPUTE`), measured and reported for the others (`PRICE_COMPUTE`).
 
-Without tables for the GPU (and dtype) a factor is None: the deployment keeps the
-datasheet (for weights, the operator-profile factor of `catalog.weight_streaming`).
+Without tables for the GPU (and dtype) a factor is None. A GPU kernel-db lacks altogether
+takes each factor pooled over the GPUs it measures (`pooled`: their geometric mean, the
+population a new GPU is drawn from; `catalog.kernel_spread` gives its spread): a GPU of
+unknown kernels streams at the measured GPUs' typical fraction of their datasheets, not at
+H100's, the best of them.
 
 The tables live in ``kernel_prices.json`` beside this module (log GEMM latency over the
 (n, k) grid at each token count per GPU and GEMM dtype; the decode-attention ratio and the
@@ -604,6 +607,27 @@ def allreduce_curve(gpu, tp: int) -> tuple[np.ndarray, np.ndarray] | None:
     if entry is None or "bytes" not in entry:
         return None
     return np.asarray(entry["bytes"], float), np.maximum.accumulate(np.asarray(entry["us"], float)) * 1e-6
+
+
+MEASURED_KINDS = ("gemm", "decode_attention", "allreduce")
+"""Tables whose presence for a GPU makes it one kernel-db measures (`measures`)."""
+
+
+def measures(gpu_name: str) -> bool:
+    """Whether kernel-db's tables (as the catalog file ships them) measure the GPU."""
+    tables = catalog()
+    return any(gpu_name in tables.get(kind, {}) for kind in MEASURED_KINDS)
+
+
+def pooled(price) -> float | None:
+    """The geometric mean of `price(gpu)` (a factor above, of a `GpuSpec`) over the GPUs
+    kernel-db measures, those where it is None left out: what a GPU kernel-db lacks takes.
+    None where no GPU has a price."""
+    from bayesblis.catalog.gpus import load_gpu
+
+    values = [value for name in sorted(catalog().get("gemm", {}))
+              if (value := price(load_gpu(name))) is not None]
+    return float(np.exp(np.mean(np.log(values)))) if values else None
 
 
 def build(kernel_db_dir, out=CATALOG_FILE) -> dict:

@@ -289,8 +289,7 @@ def kernel_measured(gpu_name: str) -> bool:
     """Whether kernel-db's tables (as `catalog.kernel_prices` ships them) measure the GPU."""
     from bayesblis.catalog import kernel_prices
 
-    name = catalog_name(gpu_name)
-    return any(name in kernel_prices.catalog().get(kind, {}) for kind in PRICED_GROUPS)
+    return kernel_prices.measures(catalog_name(gpu_name))
 
 
 def hardware_scales(gpu_name: str) -> dict[str, float]:

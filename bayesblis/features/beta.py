@@ -350,8 +350,8 @@ def linear_layer_features(deployment: Deployment, tokens, *, layer_constant: boo
     out = np.zeros((len(tokens), len(BETA_FEATURES)))
     # FLOPs at datasheet peak, as the bytes below: the profiles measure what factors say
     out[:, _F["prefill_compute_s"]] = tokens * 2.0 * m.dense_layer_matmul_params / (d.tp * d.peak_flops_per_s)
-    # bytes at datasheet bandwidth, without the deployment's weight_stream_factor: the
-    # profiles are the evidence that factor is measured from (catalog/weight_streaming.py)
+    # bytes at datasheet bandwidth, without the deployment's weight_stream_factor: a profile
+    # row measures the time that factor prices
     out[:, _F["weight_traffic_s"]] = weight_time_at_peak_s(d, d.dense_layer_weight_bytes)
     if layer_constant:
         out[:, _F["layer_overhead_s"]] = fm.bias[_F["layer_overhead_s"]] / m.n_layers

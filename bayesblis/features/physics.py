@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from bayesblis.catalog import kernel_prices, sampler_prices, weight_streaming
+from bayesblis.catalog import kernel_prices, sampler_prices
 from bayesblis.catalog.gpus import DTYPES, GpuSpec, load_gpu, normalize_dtype
 from bayesblis.catalog.models import DTYPE_BYTES, ModelArch, load_model
 from bayesblis.constants import US
@@ -47,9 +47,9 @@ class Deployment:
     `kv_cache_dtype` 'auto' = the model's KV width (2 bytes).
     `weight_stream_factor`: the dense weights' streaming time on this GPU, TP and dtype
     priced from vLLM's measured GEMM kernels beyond each kernel's fixed time (`gemm_fixed_s`),
-    relative to H100 bf16's (`catalog.kernel_prices`); for a GPU kernel-db lacks, the model's
-    operator-profile factor relative to the GPU's own reference (`catalog.weight_streaming`);
-    else 1.
+    relative to H100 bf16's (`catalog.kernel_prices`); 1 where kernel-db has the GPU but not
+    the dtype. A GPU kernel-db lacks takes this and every kernel factor below pooled over the
+    GPUs it measures (`kernel_prices.pooled`: their geometric mean).
     `moe_stream_factor`: 1, unless `catalog.kernel_prices.PRICE_MOE`: then the routed
     experts' streaming time in vLLM's measured fused-MoE kernel (the table's nearest shape
     at this GPU, dtype and expert split) on the same scale (1 for dense models and where
@@ -59,15 +59,15 @@ class Deployment:
     kernel-db has the GPU's FP8 GEMMs); else, with
     `catalog.kernel_prices.PRICE_COMPUTE_ACROSS_GPUS` (model version 14), the GPU's dense
     GEMMs' measured bf16 FLOP rate at prefill sizes relative to H100's
-    (`kernel_prices.gpu_compute_rate`: A100 0.915, L40S 1.10; 1 on H100 and where kernel-db
-    lacks the GPU); or `PRICE_COMPUTE`: their measured time at the dtype's datasheet peak relative to
-    H100 bf16 (FP8 GEMMs on H100 reach about half the FLOP rate their datasheet doubles).
+    (`kernel_prices.gpu_compute_rate`: A100 0.915, L40S 1.10; 1 on H100); or
+    `PRICE_COMPUTE`: their measured time at the dtype's datasheet peak relative to H100 bf16
+    (FP8 GEMMs on H100 reach about half the FLOP rate their datasheet doubles).
     `attention_peak_flops_per_s`: the peak attention runs at (bf16 for FP8 and INT8
     deployments). `prefill_attention_factor`: prefill attention's measured FLOP time on this
     GPU relative to the reference's dense GEMMs at prefill sizes
     (`kernel_prices.prefill_attention_factor`: H100 1.50; 1 unless
     `kernel_prices.PRICE_PREFILL_ATTENTION`). `kv_stream_factor`: decode attention's measured KV
-    streaming time on this GPU relative to H100's (1 where kernel-db lacks the GPU);
+    streaming time on this GPU relative to H100's;
     `feature_factors` collects the factors per step feature. `allreduce_curve`: (message
     bytes, seconds) of one all-reduce vLLM runs at this TP (its custom kernel over NVLink,
     NCCL over PCIe) as kernel-db measured it, which then prices the step's all-reduces
@@ -76,8 +76,8 @@ class Deployment:
     'sort' under top-p or top-k sampling defaults, 'plain', 'greedy'); `sampler_step_s` and
     `sampler_row_s`: its priced seconds per step and per sampled request.
     `gemm_fixed_s`: the fixed kernel time of a step's dense GEMMs on this GPU and dtype
-    (`kernel_prices.gemm_fixed_us`; the reference GPU's where kernel-db lacks the GPU), which
-    `weight_stream_factor` leaves out (model version 17).
+    (`kernel_prices.gemm_fixed_us`; the reference GPU's where kernel-db has the GPU but not
+    the dtype), which `weight_stream_factor` leaves out (model version 17).
     """
 
     model: ModelArch
@@ -158,25 +158,30 @@ class Deployment:
             raise DeploymentError(f"kv_cache_dtype must be auto, fp8, bf16 or fp16, got {self.kv_cache_dtype!r}")
 
         kv_heads = model.n_kv_heads if model.is_mla else math.ceil(model.n_kv_heads / tp)
-        stream = kernel_prices.factor(model, gpu, tp, compute)
-        if stream is None:
-            stream = weight_streaming.factor(gpu.name, model.name, tp, weight_bytes)
+        # each kernel factor on this GPU, or pooled over kernel-db's GPUs where it lacks this one
+        measured = kernel_prices.measures(gpu.name)
+
+        def price(of_gpu):
+            return of_gpu(gpu) if measured else kernel_prices.pooled(of_gpu)
+
+        stream = price(lambda g: kernel_prices.factor(model, g, tp, compute))
         low_precision = compute in LOW_PRECISION and kernel_prices.PRICE_LOW_PRECISION_COMPUTE
-        gemm_compute = (kernel_prices.compute_factor(model, gpu, tp, compute)
+        gemm_compute = (price(lambda g: kernel_prices.compute_factor(model, g, tp, compute))
                         if kernel_prices.PRICE_COMPUTE or low_precision
-                        else kernel_prices.gpu_compute_rate(gpu)
+                        else price(kernel_prices.gpu_compute_rate)
                         if kernel_prices.PRICE_COMPUTE_ACROSS_GPUS else None)
-        moe_stream = (kernel_prices.moe_factor(model, gpu, tp, ep, compute)
+        moe_stream = (price(lambda g: kernel_prices.moe_factor(model, g, tp, ep, compute))
                       if model.is_moe and kernel_prices.PRICE_MOE else None)
-        kv_stream = kernel_prices.kv_factor(gpu)
-        prefill_attention = (kernel_prices.prefill_attention_factor(gpu)
+        kv_stream = price(kernel_prices.kv_factor)
+        prefill_attention = (price(kernel_prices.prefill_attention_factor)
                              if kernel_prices.PRICE_PREFILL_ATTENTION else None)
         allreduce = kernel_prices.allreduce_curve(gpu, tp) if tp > 1 else None
-        # the dense GEMMs' fixed time: this GPU's kernels, else the reference GPU's at this
-        # dtype, else the reference's own (H100 bf16)
+        # the dense GEMMs' fixed time: this GPU's kernels (pooled where kernel-db lacks the
+        # GPU), else the reference GPU's at this dtype, else the reference's own (H100 bf16)
         reference_gpu = kernel_prices.REFERENCE[0]
-        fixed = (kernel_prices.gemm_fixed_us(model, g, tp, dt) for g, dt in
-                 ((gpu.name, compute), (reference_gpu, compute), kernel_prices.REFERENCE))
+        fixed = [price(lambda g: kernel_prices.gemm_fixed_us(model, g.name, tp, compute)),
+                 *(kernel_prices.gemm_fixed_us(model, g, tp, dt) for g, dt in
+                   ((reference_gpu, compute), kernel_prices.REFERENCE))]
         gemm_fixed_us = next((f for f in fixed if f is not None), 0.0)
         # FlashAttention computes in bf16 whatever the weights' dtype
         attention_peak = gpu.peak_flops("bf16") if compute in LOW_PRECISION and gpu.supports("bf16") else peak
@@ -187,7 +192,8 @@ class Deployment:
                            ("hbm_bandwidth_bytes_per_s", gpu.hbm_bandwidth_bytes_per_s),
                            ("interconnect_bandwidth_bytes_per_s", gpu.interconnect_bandwidth_bytes_per_s),
                            ("pcie_bandwidth_bytes_per_s", gpu.pcie_bandwidth_bytes_per_s),
-                           ("kv_heads_per_gpu", kv_heads), ("weight_stream_factor", stream),
+                           ("kv_heads_per_gpu", kv_heads),
+                           ("weight_stream_factor", 1.0 if stream is None else stream),
                            ("moe_stream_factor", 1.0 if moe_stream is None else moe_stream),
                            ("compute_factor", 1.0 if gemm_compute is None else gemm_compute),
                            ("attention_peak_flops_per_s", attention_peak),

@@ -208,7 +208,9 @@ def test_deployments_carry_the_moe_factor_when_priced(truth_catalog, monkeypatch
     ref = 1 / kernel_prices.reference_ratios()[0]
     d = Deployment("mixtral-8x7b", "H100", tp=2)
     assert d.moe_stream_factor == pytest.approx(ref / 0.7, rel=1e-3)
-    assert Deployment("mixtral-8x7b", "L40S", tp=2).moe_stream_factor == 1.0   # no L40S tables
+    # a GPU this kernel-db lacks (L40S here) takes the measured GPUs' geometric mean
+    pooled = Deployment("mixtral-8x7b", "L40S", tp=2).moe_stream_factor
+    assert pooled == pytest.approx(ref / np.sqrt(0.7 * 0.5), rel=1e-3)
     assert Deployment("llama-2-70b", "H100", tp=2).moe_stream_factor == 1.0    # dense
     # the routed experts' bytes at that factor: all 8 experts at 4,096 tokens, 32 layers of
     # 3 x 4096 x 14336 x 2 B each, over 2 GPUs at 3.35 TB/s
@@ -267,8 +269,27 @@ def test_deployments_carry_the_factors(truth_catalog, monkeypatch):
     fp8 = Deployment("llama-2-70b", "H100", tp=2, dtype="fp8")
     assert fp8.attention_peak_flops_per_s == load_gpu("H100").peak_flops("bf16")
     assert fp8.compute_factor == pytest.approx(2.0, rel=1e-3)
-    # a GPU kernel-db lacks keeps the datasheet (or its operator-profile factor)
-    assert Deployment("llama-2-70b", "L40S", tp=4).compute_factor == 1.0
+    # a GPU kernel-db lacks (L40S in this one) takes every factor, and the GEMMs' fixed time,
+    # as the geometric mean of the GPUs it measures
+    lacks, measured = Deployment("llama-2-70b", "L40S", tp=4), [Deployment("llama-2-70b", g, tp=4)
+                                                                for g in ("A100", "H100")]
+    assert not kernel_prices.measures(lacks.gpu.name) and kernel_prices.measures("A100-SXM-80GB")
+    assert lacks.compute_factor == pytest.approx(np.sqrt(1.6), rel=1e-3)
+    for name in ("weight_stream_factor", "kv_stream_factor", "compute_factor", "gemm_fixed_s"):
+        assert getattr(lacks, name) == pytest.approx(np.sqrt(np.prod([getattr(m, name) for m in measured])))
+
+
+def test_a_gpu_kernel_db_lacks_streams_at_the_measured_gpus_pooled_rate():
+    # A40 (in the GPU catalog, not in kernel-db): the four measured GPUs' geometric mean,
+    # slower than H100, the most efficient of them, and within their range
+    gpus = ("H100-SXM", "A100-SXM-80GB", "L40S", "H200-SXM")
+    assert not kernel_prices.measures("A40") and all(kernel_prices.measures(g) for g in gpus)
+    a40 = Deployment("llama-2-70b", "A40", tp=4)
+    each = [Deployment("llama-2-70b", g, tp=4).weight_stream_factor for g in gpus]
+    assert a40.weight_stream_factor == pytest.approx(np.exp(np.mean(np.log(each))), rel=1e-9)
+    assert min(each) == each[0] < a40.weight_stream_factor < max(each)
+    kv = [Deployment("llama-2-70b", g, tp=4).kv_stream_factor for g in gpus]
+    assert a40.kv_stream_factor == pytest.approx(np.exp(np.mean(np.log(kv))), rel=1e-9)
 
 
 @pytest.mark.skipif(not REAL.is_dir(), reason="shared kernel-db not present")

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bayesblis.catalog import kernel_prices
 from bayesblis.features import (AGGREGATES, BETA_FEATURES, BLIS_BETA_ORDER, Deployment,
                                 beta_features, feature_weights, roofline_s, to_blis_beta)
 
@@ -94,14 +95,14 @@ def test_additive_over_steps_for_linear_features(d, a, b):
 @settings(max_examples=100, deadline=None)
 @given(aggregates)
 def test_compute_scales_as_one_over_tp(agg):
-    # on a GPU kernel-db lacks, FLOPs are priced at the datasheet peak whatever the shapes
-    # (elsewhere each TP's GEMM shapes carry their own measured rate: catalog.kernel_prices)
+    # on a GPU kernel-db lacks, FLOPs are priced at the measured GPUs' pooled rate whatever
+    # the shapes (catalog.kernel_prices.pooled; one rate per GPU, as on the GPUs it measures)
     d1, d4 = Deployment("llama-2-70b", "A40", tp=1), Deployment("llama-2-70b", "A40", tp=4)
-    assert d1.compute_factor == d4.compute_factor == 1.0
+    assert d1.compute_factor == d4.compute_factor == kernel_prices.pooled(kernel_prices.gpu_compute_rate)
     f1, f4 = raw_features(d1, agg), raw_features(d4, agg)  # FLOP time before the roofline
     for name in ("prefill_compute_s", "decode_compute_s"):
         assert f4[F[name]] == pytest.approx(f1[F[name]] / 4, rel=1e-12)
-    # weights: a quarter of the bytes each, streamed at each TP's profiled efficiency
+    # weights: a quarter of the bytes each, streamed at each TP's pooled kernel-db efficiency
     assert f4[F["weight_traffic_s"]] / d4.weight_stream_factor == pytest.approx(
         f1[F["weight_traffic_s"]] / d1.weight_stream_factor / 4, rel=1e-12)
     assert f1[F["tp_comm_s"]] == 0
